@@ -1,0 +1,1 @@
+"""The multi-head-attention exercise kit: graders and release tooling."""

@@ -1,0 +1,129 @@
+"""Assertions whose messages a student can act on.
+
+Each helper fails with a plain AssertionError whose text says what was
+expected and what came back. The comparisons run in the trusted grading
+process on tensors read back from the student process.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def grade(points, aspect):
+    """Mark a grader test: its points and the aspect it checks (shape, values, mask, ...)."""
+    return pytest.mark.grade(points=points, aspect=aspect)
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (none on this machine)")
+
+
+def describe(value):
+    """A short description of a value that came back: "float32 tensor (2, 3)"."""
+    if isinstance(value, torch.Tensor):
+        dev = "" if value.device.type == "cpu" else f" on {value.device}"
+        return f"{str(value.dtype).replace('torch.', '')} tensor {tuple(value.shape)}{dev}"
+    if isinstance(value, dict) and "__unsupported__" in value:
+        return f"an object of type {value['__unsupported__']}"
+    if isinstance(value, list):
+        return f"a sequence of {len(value)} items"
+    return f"{type(value).__name__} {value!r}"[:120]
+
+
+def tensor(value, what):
+    """Check that `value` is a tensor and return it."""
+    if not isinstance(value, torch.Tensor):
+        raise AssertionError(f"{what}: expected a torch.Tensor, got {describe(value)}")
+    return value
+
+
+def pair(value, what, names=("output", "weights")):
+    """Check that `value` is a 2-tuple of tensors and return it."""
+    if not isinstance(value, list) or len(value) != 2:
+        raise AssertionError(f"{what}: expected a tuple ({names[0]}, {names[1]}), got {describe(value)}")
+    return tuple(tensor(v, f"{what}, {n}") for v, n in zip(value, names))
+
+
+def shape(value, expected, what):
+    value = tensor(value, what)
+    if tuple(value.shape) != tuple(expected):
+        raise AssertionError(f"{what}: expected shape {tuple(expected)}, got {tuple(value.shape)}")
+    return value
+
+
+def dtype(value, expected, what):
+    value = tensor(value, what)
+    if value.dtype != expected:
+        raise AssertionError(f"{what}: expected dtype {expected}, got {value.dtype}")
+    return value
+
+
+def device(value, expected, what):
+    value = tensor(value, what)
+    if value.device.type != torch.device(expected).type:
+        raise AssertionError(f"{what}: expected a tensor on {expected}, got one on {value.device} "
+                             "(create tensors with device=x.device, and keep masks and tables as buffers)")
+    return value
+
+
+def _fmt(x):
+    return f"{x:.4f}" if isinstance(x, float) else repr(x)
+
+
+def close(got, expected, what, *, atol=None, rtol=None):
+    """Check shape, dtype and values of `got` against the trusted `expected`."""
+    got = shape(got, expected.shape, what)
+    if got.dtype != expected.dtype:
+        raise AssertionError(f"{what}: expected dtype {expected.dtype}, got {got.dtype}")
+    if got.dtype == torch.bool:
+        bad = got != expected
+    else:
+        if atol is None:
+            atol, rtol = (1e-5, 1e-4) if expected.dtype != torch.float64 else (1e-10, 1e-8)
+        rtol = 0.0 if rtol is None else rtol
+        g, e = got.detach().cpu().double(), expected.detach().cpu().double()
+        bad = ~((g - e).abs() <= atol + rtol * e.abs())
+        bad |= torch.isnan(g) & ~torch.isnan(e)
+        bad &= ~(torch.isinf(e) & (g == e))
+    bad = bad.cpu()
+    if bad.any():
+        index = tuple(int(i) for i in bad.nonzero()[0])
+        count = int(bad.sum())
+        g = got.detach().cpu()[index].item()
+        e = expected.detach().cpu()[index].item()
+        where = f" at index {list(index)}" if index else ""
+        raise AssertionError(f"{what}: expected {_fmt(e)}{where}, got {_fmt(g)} "
+                             f"({count} of {got.numel()} entries differ)")
+    return got
+
+
+def unchanged(after, before, what):
+    """Check that an input tensor came back as it was sent."""
+    after = tensor(after, what)
+    if after.shape != before.shape or not torch.equal(after, before):
+        raise AssertionError(f"{what} was modified in place; leave the inputs untouched "
+                             "(use out-of-place ops such as masked_fill, not masked_fill_)")
+
+
+def rows(t, decimals=4):
+    """Format the rows of a small 2-D tensor for a message."""
+    t = t.detach().cpu()
+    if t.dtype == torch.bool:
+        return "[" + ", ".join("[" + " ".join("T" if v else "." for v in row.tolist()) + "]" for row in t) + "]"
+    return "[" + ", ".join("(" + ", ".join(f"{v:.{decimals}f}" for v in row.tolist()) + ")" for row in t) + "]"
+
+
+def raises(call, exc_name, what, why):
+    """Check that `call()` (a request to the student process) raises `exc_name`."""
+    from autograder.sandbox import StudentError
+
+    try:
+        value = call()
+    except StudentError as exc:
+        if exc.raised(exc_name):
+            return
+        got = f"{exc}" if exc.kind != "raised" else f"{exc.exc_type}"
+        raise AssertionError(f"{what}: expected {exc_name} ({why}), got {got}") from None
+    if isinstance(value, tuple):
+        value = value[0]
+    raise AssertionError(f"{what}: expected {exc_name} ({why}), but it returned {describe(value)}")

@@ -1,0 +1,1 @@
+"""The hidden graders: one file per module of the student contract."""

@@ -1,0 +1,170 @@
+"""Hidden graders for attention.py: scaled_dot_product_attention."""
+import math
+
+import torch
+
+from autograder import checks
+from autograder.checks import grade, needs_cuda
+from autograder.graders.common import SEED_001_Q, random_mask, randn
+from solutions import attention as ref
+
+FN = "scaled_dot_product_attention"
+
+# (leading dims, L, S, d_k, d_v), smallest first: the first failing case is reported.
+CASES = [
+    ((), 2, 2, 2, 2),
+    ((3,), 4, 4, 8, 8),
+    ((2,), 3, 5, 4, 6),  # cross-attention: L != S, d_v != d_k
+    ((2, 3), 5, 7, 8, 3),
+]
+
+
+def qkv(lead, L, S, d_k, d_v, seed=0, dtype=torch.float32):
+    q = randn(*lead, L, d_k, seed=seed, dtype=dtype)  # (..., L, d_k)
+    k = randn(*lead, S, d_k, seed=seed + 1, dtype=dtype)  # (..., S, d_k)
+    v = randn(*lead, S, d_v, seed=seed + 2, dtype=dtype)  # (..., S, d_v)
+    return q, k, v
+
+
+def run(student, *args, **kwargs):
+    value, _ = student.call("attention", FN, *args, **kwargs)
+    return checks.pair(value, f"{FN}(...)")
+
+
+def compare_cases(student, dtype=torch.float32, with_mask=False):
+    for lead, L, S, d_k, d_v in CASES:
+        q, k, v = qkv(lead, L, S, d_k, d_v, dtype=dtype)
+        kwargs = {"mask": random_mask(*lead, L, S, seed=7)} if with_mask else {}
+        out, weights = run(student, q, k, v, **kwargs)
+        ref_out, ref_weights = ref.scaled_dot_product_attention(q, k, v, **kwargs)
+        case = (f"query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}"
+                + (", with a mask" if with_mask else "") + f", {str(dtype).replace('torch.', '')}")
+        checks.close(weights, ref_weights, f"weights for {case}")
+        checks.close(out, ref_out, f"output for {case}")
+
+
+@grade(2, "shape")
+def test_output_and_weights_shapes(student):
+    """returns output (..., L, d_v) and weights (..., L, S)"""
+    q, k, v = qkv((2, 3), 5, 7, 4, 6)
+    out, weights = run(student, q, k, v)
+    checks.shape(out, (2, 3, 5, 6), "output for query (2, 3, 5, 4), key (2, 3, 7, 4), value (2, 3, 7, 6)")
+    checks.shape(weights, (2, 3, 5, 7), "weights for query (2, 3, 5, 4), key (2, 3, 7, 4), value (2, 3, 7, 6)")
+
+
+@grade(3, "worked-example")
+def test_worked_example_seed_001(student):
+    """reproduces tutorial 001: b1 = (0.33, 0.67), b2 = (0.50, 0.50)"""
+    eye = torch.eye(2)  # K = V = I
+    out, weights = run(student, SEED_001_Q, eye, eye)
+    s = 1 / math.sqrt(2)  # scaled scores of q1: (0.71, 1.41)
+    b1 = torch.softmax(torch.tensor([s, 2 * s]), dim=0)
+    expected = torch.stack([b1, torch.tensor([0.5, 0.5])])  # [[0.3302, 0.6698], [0.5, 0.5]]
+    got = checks.shape(out, (2, 2), "output for q = [[1, 2], [1, 1]], K = V = I")
+    if not torch.allclose(got.double(), expected.double(), atol=1e-4, rtol=0):
+        raise AssertionError(f"tutorial 001: with q1 = (1, 2), q2 = (1, 1) and K = V = I, expected "
+                             f"b1, b2 = {checks.rows(expected)}, got {checks.rows(got)}")
+
+
+@grade(3, "values")
+def test_matches_reference_float32(student):
+    """matches softmax(Q K^T / sqrt(d_k)) V on random float32 inputs (batch and head dims, L != S, d_v != d_k)"""
+    compare_cases(student)
+
+
+@grade(2, "values")
+def test_weights_rows_sum_to_one(student):
+    """the weights of each query sum to 1 over the keys (softmax over the last dim)"""
+    q, k, v = qkv((2,), 3, 5, 4, 6)
+    _, weights = run(student, q, k, v)
+    weights = checks.shape(weights, (2, 3, 5), "weights for query (2, 3, 4), key (2, 5, 4)")
+    sums = weights.double().sum(-1)  # (2, 3)
+    if not torch.allclose(sums, torch.ones_like(sums), atol=1e-5):
+        raise AssertionError("each row of the weights should sum to 1 (softmax over the keys, dim=-1); "
+                             f"for query (2, 3, 4) and key (2, 5, 4) your rows sum to {checks.rows(sums)}")
+
+
+@grade(2, "dtype")
+def test_float64_keeps_dtype_and_values(student):
+    """float64 inputs give float64 outputs that match the reference"""
+    compare_cases(student, dtype=torch.float64)
+
+
+@grade(3, "mask")
+def test_masked_positions_get_zero_weight(student):
+    """positions where the mask is False get exactly zero weight"""
+    q, k, v = qkv((2,), 4, 6, 8, 8)
+    mask = random_mask(2, 4, 6, seed=3)  # True = may attend
+    _, weights = run(student, q, k, v, mask=mask)
+    weights = checks.shape(weights, (2, 4, 6), "weights for query (2, 4, 8), key (2, 6, 8)")
+    leaked = (weights != 0) & ~mask
+    if leaked.any():
+        b, i, j = (int(x) for x in leaked.nonzero()[0])
+        raise AssertionError(
+            f"mask[{b}, {i}, {j}] is False (blocked), so weights[{b}, {i}, {j}] should be 0, got "
+            f"{weights[b, i, j].item():.4f}; True means 'may attend': fill the scores where the mask is "
+            "False with -inf before the softmax")
+    unmasked = weights.masked_fill(~mask, 0).double().sum(-1)
+    if not torch.allclose(unmasked, torch.ones_like(unmasked), atol=1e-5):
+        raise AssertionError("with a mask, the weights of the allowed positions should still sum to 1 "
+                             f"(mask before the softmax, not after); your rows sum to {checks.rows(unmasked[0])}")
+
+
+@grade(2, "mask")
+def test_masked_values_match_reference(student):
+    """with a mask, output and weights match the reference"""
+    compare_cases(student, with_mask=True)
+
+
+@grade(1, "mask")
+def test_mask_broadcasts_over_batch_and_heads(student):
+    """a (L, S) mask applies to every batch and head"""
+    q, k, v = qkv((2, 3), 4, 4, 8, 8)
+    mask = torch.tril(torch.ones(4, 4, dtype=torch.bool))  # (L, S)
+    out, weights = run(student, q, k, v, mask=mask)
+    ref_out, ref_weights = ref.scaled_dot_product_attention(q, k, v, mask=mask)
+    checks.close(weights, ref_weights, "weights for query (2, 3, 4, 8) with a (4, 4) causal mask")
+    checks.close(out, ref_out, "output for query (2, 3, 4, 8) with a (4, 4) causal mask")
+
+
+@grade(2, "dropout")
+def test_dropout_module_applied_to_weights(student):
+    """the dropout module is applied to the weights, which then multiply the values"""
+    q, k, v = qkv((2,), 3, 4, 4, 5)
+    pattern = (torch.rand(2, 3, 4, generator=torch.Generator().manual_seed(5)) < 0.5).float() * 2.0
+    out, weights = run(student, q, k, v, dropout={"__pattern_dropout__": pattern})
+    ref_weights = torch.softmax(q @ k.transpose(-2, -1) / 2.0, dim=-1) * pattern  # sqrt(d_k) = 2
+    checks.close(weights, ref_weights, "weights with a dropout module (the weights after dropout)")
+    checks.close(out, ref_weights @ v, "output with a dropout module (dropped weights @ value)")
+
+
+@grade(1, "inputs")
+def test_inputs_left_unmodified(student):
+    """query, key, value and mask are left unmodified"""
+    q, k, v = qkv((2,), 3, 5, 4, 6)
+    mask = random_mask(2, 3, 5, seed=1)
+    _, after = student.call("attention", FN, q, k, v, mask=mask, capture_args=True)
+    for name, before, got in zip(("query", "key", "value"), (q, k, v), after):
+        checks.unchanged(got, before, name)
+
+
+@grade(1, "device")
+def test_runs_on_meta_device(student):
+    """runs on the meta device: creates no tensor on a fixed device"""
+    q, k, v = (t.to("meta") for t in qkv((2,), 3, 5, 4, 6))
+    mask = random_mask(2, 3, 5).to("meta")
+    out, weights = run(student, q, k, v, mask=mask)
+    checks.device(checks.shape(out, (2, 3, 6), "output on meta"), "meta", "output")
+    checks.device(checks.shape(weights, (2, 3, 5), "weights on meta"), "meta", "weights")
+
+
+@needs_cuda
+@grade(1, "device")
+def test_runs_on_cuda_and_matches_cpu(student):
+    """runs on CUDA and matches the CPU reference"""
+    q, k, v = qkv((2,), 3, 5, 4, 6)
+    mask = random_mask(2, 3, 5)
+    out, weights = run(student, q.cuda(), k.cuda(), v.cuda(), mask=mask.cuda())
+    ref_out, ref_weights = ref.scaled_dot_product_attention(q, k, v, mask=mask)
+    checks.close(checks.device(out, "cuda", "output").cpu(), ref_out, "output on CUDA")
+    checks.close(checks.device(weights, "cuda", "weights").cpu(), ref_weights, "weights on CUDA")

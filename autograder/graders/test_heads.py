@@ -1,0 +1,117 @@
+"""Hidden graders for heads.py: split_heads and merge_heads."""
+import torch
+
+from autograder import checks
+from autograder.checks import grade, needs_cuda
+from autograder.graders.common import randn
+from solutions import heads as ref
+
+# (B, T, d_model, num_heads), smallest first.
+CASES = [(1, 2, 4, 2), (2, 3, 8, 4), (2, 5, 12, 3), (3, 4, 16, 1)]
+
+
+def split(student, x, num_heads, **kw):
+    value, after = student.call("heads", "split_heads", x, num_heads, **kw)
+    return checks.tensor(value, f"split_heads(x {tuple(x.shape)}, {num_heads})"), after
+
+
+def merge(student, x, **kw):
+    value, after = student.call("heads", "merge_heads", x, **kw)
+    return checks.tensor(value, f"merge_heads(x {tuple(x.shape)})"), after
+
+
+@grade(2, "shape")
+def test_split_shape(student):
+    """split_heads: (B, T, d_model) -> (B, H, T, d_model // H)"""
+    out, _ = split(student, randn(2, 5, 12), 3)
+    checks.shape(out, (2, 3, 5, 4), "split_heads(x (2, 5, 12), 3)")
+
+
+@grade(2, "worked-example")
+def test_split_worked_example_seed_001(student):
+    """reproduces tutorial 001: q1 = (1, 1, 0, 1) gives (1, 1) to head 1 and (0, 1) to head 2"""
+    q = torch.tensor([[[1.0, 1.0, 0.0, 1.0]]])  # (B=1, T=1, d_model=4)
+    out, _ = split(student, q, 2)
+    out = checks.shape(out, (1, 2, 1, 2), "split_heads(q (1, 1, 4), 2)")
+    expected = torch.tensor([[1.0, 1.0], [0.0, 1.0]])  # head 1, head 2
+    if not torch.equal(out[0, :, 0], expected):
+        raise AssertionError(f"tutorial 001: splitting q1 = (1, 1, 0, 1) over 2 heads should give head 1 "
+                             f"(1, 1) and head 2 (0, 1), got {checks.rows(out[0, :, 0], 0)}")
+
+
+@grade(2, "values")
+def test_split_head_h_holds_its_features(student):
+    """split_heads: head h holds features h*d_k : (h+1)*d_k of every token"""
+    for B, T, d, H in CASES:
+        x = randn(B, T, d, seed=d)
+        out, _ = split(student, x, H)
+        checks.close(out, ref.split_heads(x, H), f"split_heads(x {tuple(x.shape)}, {H})")
+
+
+@grade(1, "shape")
+def test_merge_shape(student):
+    """merge_heads: (B, H, T, d_k) -> (B, T, H * d_k)"""
+    out, _ = merge(student, randn(2, 3, 5, 4))
+    checks.shape(out, (2, 5, 12), "merge_heads(x (2, 3, 5, 4))")
+
+
+@grade(3, "values")
+def test_merge_inverts_split(student):
+    """merge_heads(split_heads(x, H)) gives back x, also for the non-contiguous output of a split"""
+    for B, T, d, H in CASES:
+        x = randn(B, T, d, seed=d)
+        heads = ref.split_heads(x, H)  # (B, H, T, d_k), a transposed (non-contiguous) view
+        out, _ = merge(student, heads)
+        checks.close(out, x, f"merge_heads of the {H} heads of x {tuple(x.shape)}")
+        contiguous = heads.contiguous()
+        out, _ = merge(student, contiguous)
+        checks.close(out, x, f"merge_heads of the {H} heads of x {tuple(x.shape)} (contiguous copy)")
+
+
+@grade(1, "errors")
+def test_split_raises_value_error(student):
+    """split_heads raises ValueError when num_heads does not divide d_model"""
+    checks.raises(lambda: student.call("heads", "split_heads", randn(2, 3, 10), 3), "ValueError",
+                  "split_heads(x (2, 3, 10), 3)", "3 heads do not divide d_model = 10")
+
+
+@grade(1, "dtype")
+def test_float64_kept(student):
+    """split and merge keep float64"""
+    x = randn(2, 3, 8, dtype=torch.float64)
+    out, _ = split(student, x, 2)
+    checks.close(out, ref.split_heads(x, 2), "split_heads(x float64 (2, 3, 8), 2)")
+    out, _ = merge(student, ref.split_heads(x, 2))
+    checks.close(out, x, "merge_heads(x float64 (2, 2, 3, 4))")
+
+
+@grade(1, "inputs")
+def test_inputs_left_unmodified(student):
+    """split and merge leave their input unmodified"""
+    x = randn(2, 3, 8)
+    _, after = split(student, x, 2, capture_args=True)
+    checks.unchanged(after[0], x, "the input of split_heads")
+    heads = ref.split_heads(x, 2)
+    _, after = merge(student, heads, capture_args=True)
+    checks.unchanged(after[0], heads, "the input of merge_heads")
+
+
+@grade(1, "device")
+def test_runs_on_meta_device(student):
+    """split and merge run on the meta device"""
+    x = randn(2, 3, 8).to("meta")
+    out, _ = split(student, x, 2)
+    checks.device(checks.shape(out, (2, 2, 3, 4), "split_heads on meta"), "meta", "split_heads")
+    out, _ = merge(student, randn(2, 2, 3, 4).to("meta"))
+    checks.device(checks.shape(out, (2, 3, 8), "merge_heads on meta"), "meta", "merge_heads")
+
+
+@needs_cuda
+@grade(1, "device")
+def test_runs_on_cuda_and_matches_cpu(student):
+    """split and merge run on CUDA and match the CPU reference"""
+    x = randn(2, 3, 8)
+    out, _ = split(student, x.cuda(), 2)
+    checks.close(checks.device(out, "cuda", "split_heads").cpu(), ref.split_heads(x, 2), "split_heads on CUDA")
+    out, _ = merge(student, ref.split_heads(x, 2).cuda())
+    checks.close(checks.device(out, "cuda", "merge_heads").cpu(), x, "merge_heads on CUDA")

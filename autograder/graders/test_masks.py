@@ -1,0 +1,53 @@
+"""Hidden graders for masks.py: causal_mask."""
+import torch
+
+from autograder import checks
+from autograder.checks import grade, needs_cuda
+
+SIZES = (1, 2, 4, 7)
+
+
+def mask(student, seq_len, **kw):
+    value, _ = student.call("masks", "causal_mask", seq_len, **kw)
+    return checks.tensor(value, f"causal_mask({seq_len})")
+
+
+@grade(1, "shape")
+def test_shape(student):
+    """causal_mask(T) has shape (T, T)"""
+    checks.shape(mask(student, 5), (5, 5), "causal_mask(5)")
+
+
+@grade(1, "dtype")
+def test_dtype_is_bool(student):
+    """causal_mask(T) is a bool tensor"""
+    checks.dtype(mask(student, 5), torch.bool, "causal_mask(5)")
+
+
+@grade(3, "mask")
+def test_values_lower_triangle_with_diagonal(student):
+    """True where key j <= query i: the lower triangle, diagonal included"""
+    for T in SIZES:
+        got = checks.shape(mask(student, T), (T, T), f"causal_mask({T})")
+        expected = torch.ones(T, T).tril().bool()  # True = may attend
+        if got.dtype != torch.bool or not torch.equal(got, expected):
+            shown = got.bool() if got.dtype != torch.bool else got
+            raise AssertionError(f"causal_mask({T}): expected {checks.rows(expected)} (T = may attend, "
+                                 f"diagonal included), got {checks.rows(shown)}"
+                                 + ("" if got.dtype == torch.bool else f" as {got.dtype}"))
+
+
+@grade(2, "device")
+def test_honours_device_argument(student):
+    """causal_mask(T, device=...) creates the mask on that device"""
+    got = mask(student, 4, device=torch.device("meta"))
+    checks.device(checks.shape(got, (4, 4), "causal_mask(4, device='meta')"), "meta", "causal_mask(4, device='meta')")
+
+
+@needs_cuda
+@grade(1, "device")
+def test_runs_on_cuda(student):
+    """causal_mask(T, device='cuda') is on CUDA and has the right values"""
+    got = mask(student, 4, device=torch.device("cuda"))
+    checks.close(checks.device(got, "cuda", "causal_mask(4, device='cuda')").cpu(),
+                 torch.ones(4, 4).tril().bool(), "causal_mask(4, device='cuda')")

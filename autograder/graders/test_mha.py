@@ -1,0 +1,327 @@
+"""Hidden graders for mha.py: CausalAttention, StackedMultiHeadAttention, MultiHeadAttention."""
+import torch
+
+from autograder import checks, timing
+from autograder.checks import grade, needs_cuda
+from autograder.graders.common import SEED_004_FUSED, SEED_004_INPUTS, SEED_004_STACKED, params_of, randn, seeded
+from solutions import mha as ref
+
+# Operators that multiply matrices, as torch's dispatcher sees them.
+MATMUL_OPS = {
+    "mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "dot", "vdot", "mv", "addmv", "linear", "einsum",
+    "scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+}
+
+
+def build(student, name, *args, **kwargs):
+    """The student's module `name`, holding the weights of the reference module built with the same args."""
+    torch.manual_seed(0)
+    reference = getattr(ref, name)(*args, **kwargs).eval()
+    remote = student.new("mha", name, *args, **kwargs)
+    remote.load(params_of(reference))
+    return remote, reference
+
+
+def forward(remote, x, **kw):
+    value, after = remote(x, **kw)
+    return checks.tensor(value, f"{remote.name}.forward(x {tuple(x.shape)})"), after
+
+
+def expect_same(remote, reference, x, what):
+    got, _ = forward(remote, x)
+    with torch.no_grad():
+        checks.close(got, reference(x), f"{remote.name} output for x {tuple(x.shape)} {what}".strip())
+
+
+def check_causal(remote, d_in, what):
+    """Changing tokens after position t changes no output at or before t."""
+    x = randn(1, 6, d_in, seed=11)
+    before, _ = forward(remote, x)
+    for t in range(5):
+        changed = x.clone()
+        changed[:, t + 1:] = randn(1, 5 - t, d_in, seed=20 + t)
+        after, _ = forward(remote, changed)
+        if before.shape != after.shape or not torch.allclose(before[:, :t + 1], after[:, :t + 1], atol=1e-6):
+            raise AssertionError(
+                f"{what} is not causal: changing the tokens after position {t} changed the output at "
+                f"positions 0..{t}; position i may only attend to positions j <= i (apply the causal mask "
+                "before the softmax)")
+
+
+def check_structure(remote, reference, what):
+    state = remote.state()
+    expected = {n: tuple(p.shape) for n, p in reference.named_parameters()}
+    got = {n: tuple(p.shape) for n, p in state["parameters"].items()}
+    missing = sorted(set(expected) - set(got))
+    extra = sorted(set(got) - set(expected))
+    if missing or extra:
+        raise AssertionError(f"{what}: expected the parameters {sorted(expected)}; "
+                             + (f"missing {missing}" if missing else "") + ("; " if missing and extra else "")
+                             + (f"unexpected {extra}" if extra else ""))
+    for name, shape in expected.items():
+        if got[name] != shape:
+            raise AssertionError(f"{what}: parameter {name} should have shape {shape}, got {got[name]}")
+    return state
+
+
+def check_meta(remote, d_in, d_out, what):
+    remote.to(device="meta")
+    out, _ = remote(randn(2, 5, d_in).to("meta"))
+    out = checks.shape(out, (2, 5, d_out), f"{what} output on meta")
+    checks.device(out, "meta", f"{what} output (keep the causal mask as a buffer, create nothing on a fixed device)")
+
+
+def check_cuda(student, name, args, x):
+    remote, reference = build(student, name, *args)
+    remote.to(device="cuda")
+    out, _ = remote(x.cuda())
+    with torch.no_grad():
+        checks.close(checks.device(out, "cuda", f"{name} output").cpu(), reference(x), f"{name} output on CUDA")
+
+
+# -- CausalAttention ------------------------------------------------------------
+
+
+@grade(1, "shape")
+def test_causal_attention_shape(student):
+    """CausalAttention: (B, T, d_in) -> (B, T, d_out), also for T < context_length"""
+    remote, _ = build(student, "CausalAttention", 3, 4, 8)
+    out, _ = forward(remote, randn(2, 5, 3))
+    checks.shape(out, (2, 5, 4), "CausalAttention(3, 4, 8) output for x (2, 5, 3)")
+
+
+@grade(1, "structure")
+def test_causal_attention_projections(student):
+    """CausalAttention has nn.Linear projections Wq, Wk, Wv (d_in -> d_out), with biases when qkv_bias=True"""
+    for bias in (False, True):
+        remote = student.new("mha", "CausalAttention", 3, 4, 8, qkv_bias=bias)
+        check_structure(remote, ref.CausalAttention(3, 4, 8, qkv_bias=bias), f"CausalAttention(3, 4, 8, qkv_bias={bias})")
+
+
+@grade(2, "values")
+def test_causal_attention_values(student):
+    """CausalAttention matches the reference given the same weights"""
+    for args, x in (((3, 4, 6), randn(2, 6, 3)), ((8, 4, 10, 0.0, True), randn(3, 7, 8, seed=1))):
+        remote, reference = build(student, "CausalAttention", *args)
+        expect_same(remote, reference, x, f"(CausalAttention{args})")
+
+
+@grade(2, "mask")
+def test_causal_attention_is_causal(student):
+    """CausalAttention: changing tokens after position t changes no output at or before t"""
+    remote, _ = build(student, "CausalAttention", 4, 4, 6)
+    check_causal(remote, 4, "CausalAttention")
+
+
+@grade(1, "dropout")
+def test_causal_attention_dropout(student):
+    """CausalAttention applies its dropout to the weights in training mode (dropout=1.0 drops everything)"""
+    remote, _ = build(student, "CausalAttention", 3, 4, 6, 1.0)
+    out, _ = forward(remote, randn(2, 5, 3), train=True)
+    checks.close(out, torch.zeros(2, 5, 4), "CausalAttention(3, 4, 6, dropout=1.0) output in training mode")
+
+
+@grade(1, "device")
+def test_causal_attention_meta(student):
+    """CausalAttention runs on the meta device after .to('meta')"""
+    remote, _ = build(student, "CausalAttention", 3, 4, 8)
+    check_meta(remote, 3, 4, "CausalAttention")
+
+
+# -- StackedMultiHeadAttention ---------------------------------------------------
+
+
+@grade(1, "shape")
+def test_stacked_shape(student):
+    """StackedMultiHeadAttention: (B, T, d_in) -> (B, T, num_heads * d_out)"""
+    remote, _ = build(student, "StackedMultiHeadAttention", 3, 2, 6, 0.0, 3)
+    out, _ = forward(remote, randn(2, 5, 3))
+    checks.shape(out, (2, 5, 6), "StackedMultiHeadAttention(3, 2, 6, 0.0, 3) output for x (2, 5, 3)")
+
+
+@grade(2, "worked-example")
+def test_stacked_worked_example_seed_004(student):
+    """reproduces tutorial 004's stacked example: first row (0.1855, 0.8812, 1.3211, 0.8098)"""
+    g = seeded(123)  # torch.manual_seed(123), then W_query, W_key, W_value = torch.rand(3, 2) per head
+    params = {f"heads.{h}.{name}.weight": torch.rand(3, 2, generator=g).T  # x @ W == Linear with weight W.T
+              for h in range(2) for name in ("Wq", "Wk", "Wv")}
+    remote = student.new("mha", "StackedMultiHeadAttention", 3, 2, 6, 0.0, 2)
+    remote.load(params)
+    batch = torch.stack((SEED_004_INPUTS, SEED_004_INPUTS))  # (2, 6, 3)
+    out, _ = forward(remote, batch)
+    out = checks.shape(out, (2, 6, 4), "the stacked output of tutorial 004")
+    for b in range(2):
+        if not torch.allclose(out[b], SEED_004_STACKED, atol=1e-4, rtol=0):
+            raise AssertionError(f"tutorial 004 (stacked): expected rows {checks.rows(SEED_004_STACKED[:2])}..., "
+                                 f"got {checks.rows(out[b, :2])}... for batch item {b}")
+
+
+@grade(2, "values")
+def test_stacked_values(student):
+    """StackedMultiHeadAttention matches the reference given the same weights"""
+    remote, reference = build(student, "StackedMultiHeadAttention", 5, 3, 8, 0.0, 4)
+    expect_same(remote, reference, randn(2, 7, 5), "(d_in 5, d_out 3, 4 heads)")
+
+
+@grade(2, "structure")
+def test_stacked_heads_are_independent(student):
+    """StackedMultiHeadAttention keeps num_heads independent CausalAttention heads in `heads`"""
+    remote = student.new("mha", "StackedMultiHeadAttention", 3, 2, 6, 0.0, 3)
+    state = check_structure(remote, ref.StackedMultiHeadAttention(3, 2, 6, 0.0, 3),
+                            "StackedMultiHeadAttention(3, 2, 6, 0.0, 3)")
+    names, unique = state["parameter_names"], state["parameters"]
+    if len(names) != len(unique):
+        raise AssertionError(f"StackedMultiHeadAttention(3, 2, 6, 0.0, 3): its {len(names)} parameters are only "
+                             f"{len(unique)} distinct tensors: the heads share one module; build a new "
+                             "CausalAttention for each head")
+
+
+@grade(1, "device")
+def test_stacked_meta(student):
+    """StackedMultiHeadAttention runs on the meta device"""
+    remote, _ = build(student, "StackedMultiHeadAttention", 3, 2, 8, 0.0, 2)
+    check_meta(remote, 3, 4, "StackedMultiHeadAttention")
+
+
+# -- MultiHeadAttention (fused) --------------------------------------------------
+
+
+@grade(1, "shape")
+def test_fused_shape(student):
+    """MultiHeadAttention: (B, T, d_in) -> (B, T, d_out)"""
+    remote, _ = build(student, "MultiHeadAttention", 3, 6, 8, 0.0, 3)
+    out, _ = forward(remote, randn(2, 5, 3))
+    checks.shape(out, (2, 5, 6), "MultiHeadAttention(3, 6, 8, 0.0, 3) output for x (2, 5, 3)")
+
+
+@grade(2, "structure")
+def test_fused_projections(student):
+    """MultiHeadAttention has Wq, Wk, Wv (d_in -> d_out) and Wo (d_out -> d_out, with bias)"""
+    for bias in (False, True):
+        remote = student.new("mha", "MultiHeadAttention", 3, 4, 6, 0.0, 2, qkv_bias=bias)
+        check_structure(remote, ref.MultiHeadAttention(3, 4, 6, 0.0, 2, qkv_bias=bias),
+                        f"MultiHeadAttention(3, 4, 6, 0.0, 2, qkv_bias={bias})")
+
+
+@grade(3, "worked-example")
+def test_fused_worked_example_seed_004(student):
+    """reproduces tutorial 004: torch.manual_seed(123); MultiHeadAttention(3, 4, 6, 0.0, 2)"""
+    remote = student.new("mha", "MultiHeadAttention", 3, 4, 6, 0.0, 2, seed=123)
+    batch = torch.stack((SEED_004_INPUTS, SEED_004_INPUTS))  # (2, 6, 3)
+    out, _ = forward(remote, batch)
+    out = checks.shape(out, (2, 6, 4), "the fused output of tutorial 004")
+    for b in range(2):
+        if not torch.allclose(out[b], SEED_004_FUSED, atol=1e-4, rtol=0):
+            raise AssertionError(
+                f"tutorial 004: expected first and last rows {checks.rows(SEED_004_FUSED[[0, -1]])}, got "
+                f"{checks.rows(out[b, [0, -1]])} for batch item {b} (layers created in the order Wq, Wk, Wv, "
+                "Wo with the default nn.Linear init)")
+
+
+@grade(2, "values")
+def test_fused_values(student):
+    """MultiHeadAttention matches the reference given the same weights (float32, with and without qkv bias)"""
+    for args, x in (((3, 4, 6, 0.0, 2), randn(2, 6, 3)), ((8, 12, 10, 0.0, 3, True), randn(3, 7, 8, seed=1))):
+        remote, reference = build(student, "MultiHeadAttention", *args)
+        expect_same(remote, reference, x, f"(MultiHeadAttention{args})")
+
+
+@grade(2, "values")
+def test_fused_equals_stacked_with_same_head_weights(student):
+    """MultiHeadAttention equals StackedMultiHeadAttention given the same per-head weights and Wo = identity"""
+    d_in, head_dim, H = 5, 3, 4
+    torch.manual_seed(1)
+    stacked = ref.StackedMultiHeadAttention(d_in, head_dim, 8, 0.0, H).eval()
+    params = {f"W{p}.weight": torch.cat([getattr(h, f"W{p}").weight for h in stacked.heads]).detach()  # (H*hd, d_in)
+              for p in "qkv"}
+    params["Wo.weight"] = torch.eye(H * head_dim)
+    params["Wo.bias"] = torch.zeros(H * head_dim)
+    remote = student.new("mha", "MultiHeadAttention", d_in, H * head_dim, 8, 0.0, H)
+    remote.load(params)
+    x = randn(2, 7, d_in)
+    got, _ = forward(remote, x)
+    with torch.no_grad():
+        checks.close(got, stacked(x), "MultiHeadAttention with the heads' weights stacked in Wq, Wk, Wv (head h "
+                     "in rows h*head_dim:(h+1)*head_dim) and Wo = identity, against StackedMultiHeadAttention")
+
+
+@grade(2, "mask")
+def test_fused_is_causal(student):
+    """MultiHeadAttention: changing tokens after position t changes no output at or before t"""
+    remote, _ = build(student, "MultiHeadAttention", 4, 4, 6, 0.0, 2)
+    check_causal(remote, 4, "MultiHeadAttention")
+
+
+@grade(1, "dtype")
+def test_fused_float64(student):
+    """MultiHeadAttention in float64 (model.double()) gives float64 outputs that match the reference"""
+    remote, reference = build(student, "MultiHeadAttention", 3, 4, 6, 0.0, 2)
+    remote.to(dtype=torch.float64)
+    expect_same(remote, reference.double(), randn(2, 6, 3, dtype=torch.float64), "in float64")
+
+
+@grade(1, "errors")
+def test_fused_raises_value_error(student):
+    """MultiHeadAttention raises ValueError when num_heads does not divide d_out"""
+    checks.raises(lambda: student.new("mha", "MultiHeadAttention", 3, 10, 6, 0.0, 3), "ValueError",
+                  "MultiHeadAttention(3, 10, 6, 0.0, 3)", "3 heads do not divide d_out = 10")
+
+
+@grade(1, "dropout")
+def test_fused_dropout(student):
+    """MultiHeadAttention applies its dropout to the weights in training mode (dropout=1.0 leaves only Wo's bias)"""
+    remote, reference = build(student, "MultiHeadAttention", 3, 4, 6, 1.0, 2)
+    out, _ = forward(remote, randn(2, 5, 3), train=True)
+    expected = reference.Wo.bias.detach().expand(2, 5, 4)  # weights all dropped: context 0, output Wo(0)
+    checks.close(out, expected, "MultiHeadAttention(3, 4, 6, dropout=1.0) output in training mode")
+
+
+@grade(1, "inputs")
+def test_fused_input_unmodified(student):
+    """MultiHeadAttention leaves its input unmodified"""
+    remote, _ = build(student, "MultiHeadAttention", 3, 4, 6, 0.0, 2)
+    x = randn(2, 6, 3)
+    _, after = forward(remote, x, capture_args=True)
+    checks.unchanged(after[0], x, "the input x")
+
+
+@grade(1, "device")
+def test_fused_meta(student):
+    """MultiHeadAttention runs on the meta device"""
+    remote, _ = build(student, "MultiHeadAttention", 3, 4, 8, 0.0, 2)
+    check_meta(remote, 3, 4, "MultiHeadAttention")
+
+
+@grade(3, "structure")
+def test_fused_matmul_count_does_not_grow_with_heads(student):
+    """MultiHeadAttention computes all heads with batched products: its matrix-product count does not grow with num_heads"""
+    counts = {}
+    for heads in (2, 8):
+        remote = student.new("mha", "MultiHeadAttention", 8, 16, 6, 0.0, heads)
+        ops = remote.count_ops(randn(2, 5, 8))
+        counts[heads] = sum(n for op, n in ops.items() if op in MATMUL_OPS)
+    if counts[8] > counts[2]:
+        raise AssertionError(
+            f"MultiHeadAttention(8, 16, 6, 0.0, num_heads).forward ran {counts[2]} matrix products with 2 heads "
+            f"and {counts[8]} with 8 heads: compute every head at once with batched products "
+            "(view + transpose to (B, H, T, head_dim), then q @ k.transpose(2, 3)), not a loop over heads")
+
+
+@grade(3, "speedup")
+def test_fused_faster_than_reference_stacked(student):
+    """MultiHeadAttention is faster than the reference stacked module at the same size"""
+    fused = timing.build_fused(student)
+    result = timing.measure(fused)
+    assert result.passed, f"MultiHeadAttention is not fast enough: {result.describe()}"
+
+
+@needs_cuda
+@grade(1, "device")
+def test_modules_run_on_cuda_and_match_cpu(student):
+    """CausalAttention, StackedMultiHeadAttention and MultiHeadAttention run on CUDA and match the CPU reference"""
+    x = randn(2, 5, 3)
+    check_cuda(student, "CausalAttention", (3, 4, 8), x)
+    check_cuda(student, "StackedMultiHeadAttention", (3, 2, 8, 0.0, 2), x)
+    check_cuda(student, "MultiHeadAttention", (3, 4, 8, 0.0, 2), x)

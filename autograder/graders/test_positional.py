@@ -1,0 +1,114 @@
+"""Hidden graders for positional.py: sinusoidal_encoding and PositionalEncoding."""
+import math
+
+import torch
+
+from autograder import checks
+from autograder.checks import grade, needs_cuda
+from autograder.graders.common import randn
+from solutions import positional as ref
+
+CASES = [(1, 2), (4, 6), (10, 16), (50, 64)]  # (seq_len, d_model), smallest first
+
+
+def table(student, seq_len, d_model):
+    value, _ = student.call("positional", "sinusoidal_encoding", seq_len, d_model)
+    return checks.tensor(value, f"sinusoidal_encoding({seq_len}, {d_model})")
+
+
+def build(student, *args, **kwargs):
+    return student.new("positional", "PositionalEncoding", *args, **kwargs)
+
+
+@grade(1, "shape")
+def test_encoding_shape_and_dtype(student):
+    """sinusoidal_encoding(T, d) is a float32 tensor (T, d)"""
+    got = checks.shape(table(student, 6, 8), (6, 8), "sinusoidal_encoding(6, 8)")
+    checks.dtype(got, torch.float32, "sinusoidal_encoding(6, 8)")
+
+
+@grade(2, "worked-example")
+def test_encoding_first_positions(student):
+    """position 0 is (0, 1, 0, 1, ...) and position 1 starts (sin 1, cos 1) = (0.8415, 0.5403)"""
+    got = checks.shape(table(student, 4, 8), (4, 8), "sinusoidal_encoding(4, 8)")
+    row0 = torch.tensor([0.0, 1.0] * 4)
+    if not torch.allclose(got[0].double(), row0.double(), atol=1e-5):
+        raise AssertionError(f"sinusoidal_encoding(4, 8)[0]: position 0 should be sin 0, cos 0, ... = "
+                             f"{checks.rows(row0[None])}, got {checks.rows(got[:1])} (interleave: sin in the even "
+                             "columns, cos in the odd ones)")
+    first = torch.tensor([math.sin(1.0), math.cos(1.0)])
+    if not torch.allclose(got[1, :2].double(), first.double(), atol=1e-4):
+        raise AssertionError(f"sinusoidal_encoding(4, 8)[1, :2] should be (sin 1, cos 1) = {checks.rows(first[None])}, "
+                             f"got {checks.rows(got[1:2, :2])}")
+
+
+@grade(2, "values")
+def test_encoding_values(student):
+    """PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d))"""
+    for seq_len, d_model in CASES:
+        checks.close(table(student, seq_len, d_model), ref.sinusoidal_encoding(seq_len, d_model),
+                     f"sinusoidal_encoding({seq_len}, {d_model})")
+
+
+@grade(1, "errors")
+def test_encoding_odd_d_model_raises(student):
+    """sinusoidal_encoding raises ValueError for an odd d_model"""
+    checks.raises(lambda: student.call("positional", "sinusoidal_encoding", 4, 5), "ValueError",
+                  "sinusoidal_encoding(4, 5)", "d_model must be even")
+
+
+@grade(2, "structure")
+def test_module_keeps_table_as_buffer_pe(student):
+    """PositionalEncoding keeps the table as a buffer named `pe` of shape (max_len, d_model)"""
+    state = build(student, 8, max_len=20).state()
+    if "pe" not in state["buffers"]:
+        where = "a parameter" if "pe" in state["parameters"] else "not a buffer"
+        raise AssertionError(f"PositionalEncoding(8, max_len=20): `pe` is {where}; register it with "
+                             "self.register_buffer('pe', table) so that it moves with .to(device) and is saved")
+    checks.close(state["buffers"]["pe"], ref.sinusoidal_encoding(20, 8), "PositionalEncoding(8, max_len=20).pe")
+
+
+@grade(2, "values")
+def test_module_adds_table(student):
+    """PositionalEncoding.forward(x) = x + pe[:T]"""
+    x = randn(2, 5, 8)
+    out, _ = build(student, 8, max_len=20)(x)
+    checks.close(checks.tensor(out, "PositionalEncoding output"), x + ref.sinusoidal_encoding(5, 8),
+                 "PositionalEncoding(8, max_len=20) output for x (2, 5, 8)")
+
+
+@grade(1, "dropout")
+def test_module_dropout(student):
+    """PositionalEncoding applies dropout in training mode (dropout=1.0 drops everything)"""
+    out, _ = build(student, 8, max_len=20, dropout=1.0)(randn(2, 5, 8), train=True)
+    checks.close(checks.tensor(out, "PositionalEncoding output"), torch.zeros(2, 5, 8),
+                 "PositionalEncoding(8, dropout=1.0) output in training mode")
+
+
+@grade(1, "dtype")
+def test_module_float64(student):
+    """PositionalEncoding keeps float64 inputs in float64"""
+    x = randn(2, 5, 8, dtype=torch.float64)
+    remote = build(student, 8, max_len=20).to(dtype=torch.float64)
+    out, _ = remote(x)
+    checks.close(checks.tensor(out, "PositionalEncoding output"), x + ref.sinusoidal_encoding(5, 8).double(),
+                 "PositionalEncoding output for float64 x (2, 5, 8)", atol=1e-6, rtol=1e-6)
+
+
+@grade(1, "device")
+def test_module_meta(student):
+    """PositionalEncoding runs on the meta device after .to('meta')"""
+    remote = build(student, 8, max_len=20).to(device="meta")
+    out, _ = remote(randn(2, 5, 8).to("meta"))
+    out = checks.shape(checks.tensor(out, "PositionalEncoding output"), (2, 5, 8), "PositionalEncoding output on meta")
+    checks.device(out, "meta", "PositionalEncoding output (keep the table as a buffer)")
+
+
+@needs_cuda
+@grade(1, "device")
+def test_module_runs_on_cuda_and_matches_cpu(student):
+    """PositionalEncoding runs on CUDA and matches the CPU reference"""
+    x = randn(2, 5, 8)
+    out, _ = build(student, 8, max_len=20).to(device="cuda")(x.cuda())
+    checks.close(checks.device(checks.tensor(out, "output"), "cuda", "PositionalEncoding output").cpu(),
+                 x + ref.sinusoidal_encoding(5, 8), "PositionalEncoding output on CUDA")

@@ -1,0 +1,106 @@
+"""pytest plugin that turns the hidden graders into a scored report.
+
+Loaded with `-p autograder.plugin` by the engine's runner. It starts the
+student sandbox as soon as pytest is configured (so that the child imports
+torch while the graders are collected), gives the graders the `student`
+fixture, records every test with its points, module and aspect, and writes
+the results as JSON for the engine.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder.sandbox import Sandbox, StudentError
+
+_SANDBOX = pytest.StashKey[Sandbox]()
+_RESULTS = pytest.StashKey[list]()
+GRADER_ERROR = "internal grader error (not your fault: please tell your instructor)"
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("mha-autograder")
+    group.addoption("--submission", help="folder of the submission's .py modules")
+    group.addoption("--results-file", help="where to write the results as JSON")
+    group.addoption("--call-timeout", type=float, default=10.0, help="seconds allowed for one call into student code")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "grade(points, aspect): points and aspect of a grader test")
+    config.stash[_RESULTS] = []
+    submission = config.getoption("submission")
+    if submission:
+        sandbox = Sandbox(submission, call_timeout=config.getoption("call_timeout"))
+        sandbox.start()
+        config.stash[_SANDBOX] = sandbox
+
+
+@pytest.fixture(scope="session")
+def student(request):
+    """The student's submission, running in its own process."""
+    try:
+        return request.config.stash[_SANDBOX]
+    except KeyError:
+        pytest.fail("run the graders with --submission DIR")
+
+
+def _title(item):
+    doc = getattr(item.function, "__doc__", None) or item.name
+    return " ".join(doc.strip().split("\n\n")[0].split())
+
+
+def _message(excinfo):
+    exc = excinfo.value
+    if isinstance(exc, StudentError):
+        return str(exc) + (f"\n{exc.traceback}" if exc.traceback else ""), False
+    if isinstance(exc, AssertionError):
+        return str(exc).strip() or "check failed", False
+    if isinstance(exc, pytest.fail.Exception):
+        return str(exc), False
+    return f"{GRADER_ERROR}: {type(exc).__name__}: {exc}", True
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    marker = item.get_closest_marker("grade")
+    if marker is None:
+        return
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        entry = {
+            "id": item.nodeid.split("::")[-1],
+            "name": _title(item),
+            "module": Path(str(item.fspath)).stem.removeprefix("test_"),
+            "aspect": marker.kwargs["aspect"],
+            "points": marker.kwargs["points"],
+            "status": "passed" if report.passed else "skipped" if report.skipped else "failed",
+            "message": "",
+            "grader_error": False,
+            "duration": round(report.duration, 4),
+        }
+        if report.skipped:
+            entry["message"] = call.excinfo.value.msg if call.excinfo else "skipped"
+        elif report.failed and call.excinfo is not None:
+            entry["message"], entry["grader_error"] = _message(call.excinfo)
+        item.config.stash[_RESULTS].append(entry)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    sandbox = config.stash.get(_SANDBOX, None)
+    extra = {}
+    if sandbox is not None:
+        extra = {"student_output": sandbox.output_tail(), "restarts": sandbox.restarts}
+        sandbox.close()
+    path = config.getoption("results_file")
+    if path:
+        payload = {"tests": config.stash[_RESULTS], "finished": time.time(), **extra}
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump(payload, fh)
+        os.replace(tmp, path)

@@ -1,0 +1,147 @@
+"""The outcome of grading one submission, and its three formats (text, json, gradescope)."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+MODULE_ORDER = ("attention", "heads", "masks", "mha", "positional")
+
+
+@dataclass
+class TestResult:
+    id: str
+    name: str
+    module: str
+    aspect: str
+    points: float
+    status: str  # passed | failed | skipped
+    message: str = ""
+    grader_error: bool = False
+    duration: float = 0.0
+
+    @property
+    def score(self):
+        return self.points if self.status == "passed" else 0.0
+
+    @property
+    def max_score(self):
+        """Skipped tests (no CUDA here) count in neither score nor max score."""
+        return 0.0 if self.status == "skipped" else self.points
+
+    @property
+    def tags(self):
+        return [self.module, self.aspect]
+
+
+@dataclass
+class GradeReport:
+    submission: str
+    tests: list[TestResult] = field(default_factory=list)
+    status: str = "graded"  # graded | timeout | error
+    error: str = ""
+    execution_time: float = 0.0
+    student_output: str = ""
+    timings: dict = field(default_factory=dict)
+
+    @property
+    def earned(self):
+        return sum(t.score for t in self.tests)
+
+    @property
+    def available(self):
+        return sum(t.max_score for t in self.tests)
+
+    @property
+    def score(self):
+        """Out of 100: the points earned over the points that could be earned on this machine."""
+        return round(100.0 * self.earned / self.available, 2) if self.available else 0.0
+
+    def modules(self):
+        """module -> (earned, available), in the contract's order."""
+        out = {}
+        for m in MODULE_ORDER:
+            tests = [t for t in self.tests if t.module == m]
+            out[m] = (sum(t.score for t in tests), sum(t.max_score for t in tests))
+        return out
+
+    def failed(self):
+        return [t for t in self.tests if t.status == "failed"]
+
+    def skipped(self):
+        return [t for t in self.tests if t.status == "skipped"]
+
+    # -- formats -------------------------------------------------------------
+    def to_dict(self):
+        return {
+            "submission": self.submission,
+            "status": self.status,
+            "error": self.error,
+            "score": self.score,
+            "earned": self.earned,
+            "available": self.available,
+            "execution_time": round(self.execution_time, 3),
+            "modules": {m: {"score": e, "max_score": a} for m, (e, a) in self.modules().items()},
+            "tests": [{**asdict(t), "score": t.score, "max_score": t.max_score, "tags": t.tags} for t in self.tests],
+            "timings": self.timings,
+        }
+
+    def to_gradescope(self):
+        """results.json as in Gradescope's autograder specification."""
+        tests = []
+        for number, t in enumerate(self.tests, 1):
+            output = "Passed." if t.status == "passed" else t.message
+            if t.status == "skipped":
+                output = f"Not graded here: {t.message}"
+            tests.append({
+                "name": f"{t.module}: {t.name}",
+                "number": str(number),
+                "score": t.score,
+                "max_score": t.max_score,
+                "status": "failed" if t.status == "failed" else "passed",
+                "output": output,
+                "tags": t.tags,
+                "visibility": "visible",
+            })
+        result = {"score": self.score, "execution_time": round(self.execution_time, 3),
+                  "output": self.summary_line(), "tests": tests, "visibility": "visible",
+                  "stdout_visibility": "hidden"}
+        if self.status != "graded":
+            result["output"] = f"{self.summary_line()}\n{self.error}"
+        return result
+
+    def summary_line(self):
+        note = f" (scaled from {self.earned:g}/{self.available:g})" if self.available not in (0, 100) else ""
+        return f"Total: {self.score:g}/100{note}"
+
+    def to_text(self, color=False):
+        lines = [f"Grading {self.submission}"]
+        if self.status != "graded":
+            lines.append(f"  {self.status.upper()}: {self.error}")
+        lines.append("")
+        width = max(len(m) for m in MODULE_ORDER)
+        for m, (earned, available) in self.modules().items():
+            mark = "ok" if earned == available and available else "  "
+            lines.append(f"  {m:<{width}}  {earned:>5g} / {available:<5g} {mark}")
+        failed = self.failed()
+        if failed:
+            lines += ["", f"Failed checks ({len(failed)}):"]
+            for t in failed:
+                lines.append(f"  [{t.module}] {t.name}  (-{t.points:g})")
+                for msg_line in t.message.splitlines() or [""]:
+                    lines.append(f"      {msg_line}")
+        skipped = self.skipped()
+        if skipped:
+            pts = sum(t.points for t in skipped)
+            lines += ["", f"Not graded on this machine ({len(skipped)} checks, {pts:g} points): "
+                      + "; ".join(sorted({t.message for t in skipped}))]
+        lines += ["", self.summary_line()]
+        return "\n".join(lines)
+
+    def render(self, fmt):
+        if fmt == "text":
+            return self.to_text()
+        if fmt == "json":
+            return json.dumps(self.to_dict(), indent=2)
+        if fmt == "gradescope":
+            return json.dumps(self.to_gradescope(), indent=2)
+        raise ValueError(f"unknown format {fmt!r}")

@@ -1,0 +1,309 @@
+"""The trusted side of the sandbox: a client for the student process.
+
+The grading process never imports student code. A `Sandbox` starts
+`_child.py` in a child process whose working directory is a private copy of
+the submission, sends it requests (call this function, build this module,
+run its forward pass) and reads back plain tensors with
+`torch.load(weights_only=True)`. Every request has a timeout. A child that
+hangs is killed, one that dies is restarted, and a module that crashes the
+child twice is not run again: its remaining checks fail at once.
+"""
+from __future__ import annotations
+
+import io
+import itertools
+import os
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+CHILD = Path(__file__).with_name("_child.py")
+MODULES = ("attention", "heads", "masks", "mha", "positional")
+MAX_STRIKES = 2  # crashes or timeouts of one module before its checks stop running
+LOG_TAIL = 1500
+
+
+class StudentError(Exception):
+    """Student code failed: it raised, crashed, hung, or is missing.
+
+    `kind` is one of "missing", "raised", "crashed", "timeout", "bad-return",
+    "gave-up". For "raised", `exc_type`, `mro` and `traceback` describe the
+    student's exception.
+    """
+
+    def __init__(self, message, kind, exc_type=None, mro=(), traceback=""):
+        super().__init__(message)
+        self.kind = kind
+        self.exc_type = exc_type
+        self.mro = tuple(mro)
+        self.traceback = traceback
+
+    def raised(self, name):
+        """True when the student's code raised `name` (or a subclass of it)."""
+        return self.kind == "raised" and name in self.mro
+
+
+def _child_env(home):
+    keep = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env.update(HOME=str(home), TMPDIR=str(home), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")
+    return env
+
+
+class Sandbox:
+    """One student process serving the requests of a whole grading run."""
+
+    def __init__(self, submission, *, call_timeout=10.0, start_timeout=60.0, python=sys.executable):
+        self.submission = Path(submission)
+        self.call_timeout = call_timeout
+        self.start_timeout = start_timeout
+        self.python = python
+        self.available = {m for m in MODULES if (self.submission / f"{m}.py").is_file()}
+        self._tmp = Path(tempfile.mkdtemp(prefix="mha-sandbox-"))
+        self._work = self._tmp / "work"
+        self._home = self._tmp / "home"
+        self._home.mkdir()
+        self._log = self._tmp / "student-output.log"
+        self._proc = None
+        self._ready = False
+        self._handles = itertools.count(1)
+        self._objects = {}  # handle -> (generation, module)
+        self._generation = 0
+        self.strikes = {}  # module -> [messages]
+        self.restarts = 0
+
+    # -- process management -------------------------------------------------
+    def start(self):
+        """Start the child now (it imports torch while the caller does other work)."""
+        if self._proc is not None:
+            return
+        if self._work.exists():
+            shutil.rmtree(self._work)
+        self._work.mkdir()
+        for name in os.listdir(self.submission):
+            src = self.submission / name
+            if src.is_file() and name.endswith(".py"):
+                shutil.copy2(src, self._work / name)
+        self._generation += 1
+        self._ready = False
+        self._log_offset = self._log.stat().st_size if self._log.exists() else 0
+        self._proc = subprocess.Popen(
+            [self.python, "-I", str(CHILD), str(self._log)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            cwd=self._work, env=_child_env(self._home), start_new_session=True,
+        )
+
+    def _kill(self):
+        if self._proc is None:
+            return
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        for stream in (self._proc.stdin, self._proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        self._proc = None
+
+    def close(self):
+        self._kill()
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def output_tail(self, limit=LOG_TAIL):
+        """The last `limit` characters the student's code printed."""
+        try:
+            text = self._log.read_bytes()[-limit:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return text
+
+    # -- framing ------------------------------------------------------------
+    def _write(self, obj):
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        data = buf.getvalue()
+        self._proc.stdin.write(struct.pack(">Q", len(data)) + data)
+        self._proc.stdin.flush()
+
+    def _read_exactly(self, n, deadline):
+        fd = self._proc.stdout.fileno()
+        parts, left = [], n
+        while left:
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select([fd], [], [], wait)
+            if not ready:
+                raise TimeoutError
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                raise EOFError
+            parts.append(chunk)
+            left -= len(chunk)
+        return b"".join(parts)
+
+    def _read(self, deadline):
+        (size,) = struct.unpack(">Q", self._read_exactly(8, deadline))
+        if size > 512 << 20:
+            raise ValueError(f"answer of {size} bytes")
+        data = self._read_exactly(size, deadline)
+        return torch.load(io.BytesIO(data), weights_only=True)
+
+    def _ensure_ready(self):
+        if self._proc is None:
+            self.start()
+            self.restarts += self._generation > 1
+        if not self._ready:
+            answer = self._read(time.monotonic() + self.start_timeout)
+            if not answer.get("ready"):
+                raise EOFError
+            self._ready = True
+
+    # -- requests -----------------------------------------------------------
+    def request(self, owner, op, timeout=None, context="your code", **fields):
+        """Send one request that runs code of the module `owner`; return the answer dict.
+
+        `context` names the call in messages, e.g. "split_heads(float32 tensor (2, 3, 8), 2)".
+        """
+        module = owner
+        if module not in self.available:
+            raise StudentError(f"{module}.py is missing from the submission", "missing")
+        if len(self.strikes.get(module, ())) >= MAX_STRIKES:
+            raise StudentError(
+                f"not run: {module}.py already crashed or timed out {MAX_STRIKES} times "
+                f"({self.strikes[module][-1]})", "gave-up")
+        timeout = self.call_timeout if timeout is None else timeout
+        try:
+            self._ensure_ready()
+        except (EOFError, TimeoutError, OSError, ValueError, struct.error):
+            self._kill()
+            raise StudentError("the process for student code could not start", "crashed") from None
+        try:
+            self._write({"op": op, **fields})
+            answer = self._read(time.monotonic() + timeout)
+        except TimeoutError:
+            self._strike(module, f"no answer within {timeout:g} s")
+            raise StudentError(f"{context} did not finish within {timeout:g} s "
+                               "(an infinite loop, or far too slow?)", "timeout") from None
+        except (EOFError, OSError, struct.error):
+            code = self._proc.poll() if self._proc else None
+            try:
+                code = self._proc.wait(timeout=2) if code is None else code
+            except subprocess.TimeoutExpired:
+                pass
+            self._strike(module, f"exit code {code}")
+            tail = self.output_tail(300).strip()
+            hint = f" Its last output: {tail!r}" if tail else ""
+            raise StudentError(f"the process running your code exited (exit code {code}) during {context}: "
+                               f"sys.exit, os._exit or a crash in {module}.py?{hint}", "crashed") from None
+        except Exception as exc:  # an answer that is not plain tensors and containers
+            self._strike(module, "unreadable answer")
+            raise StudentError(f"{context} returned something that is not a plain tensor "
+                               f"({type(exc).__name__})", "bad-return") from None
+        if not answer.get("ok"):
+            err = answer["error"]
+            detail = f": {err['message']}" if err["message"] else ""
+            raise StudentError(f"{context} raised {err['type']}{detail}", "raised", err["type"],
+                               err["mro"], err.get("traceback", ""))
+        return answer
+
+    def _strike(self, module, message):
+        self.strikes.setdefault(module, []).append(message)
+        self._kill()
+
+    # -- convenience --------------------------------------------------------
+    def call(self, module, name, *args, seed=None, capture_args=False, timeout=None, **kwargs):
+        """Call `module.name(*args, **kwargs)` in the child; return (value, args_after)."""
+        answer = self.request(module, "call", timeout, signature(name, args, kwargs), module=module,
+                              name=name, args=list(args), kwargs=kwargs, seed=seed, capture_args=capture_args)
+        return answer["value"], answer.get("args_after")
+
+    def new(self, module, name, *args, seed=None, timeout=None, **kwargs):
+        """Build `module.name(*args, **kwargs)` in the child; return a RemoteModule."""
+        handle = next(self._handles)
+        self.request(module, "new", timeout, signature(name, args, kwargs), module=module, name=name,
+                     args=list(args), kwargs=kwargs, seed=seed, new_handle=handle)
+        return RemoteModule(self, module, name, handle, self._generation)
+
+
+def _short(value):
+    if isinstance(value, torch.Tensor):
+        dev = "" if value.device.type == "cpu" else f" on {value.device}"
+        return f"{str(value.dtype).replace('torch.', '')} tensor {tuple(value.shape)}{dev}"
+    if isinstance(value, dict) and "__pattern_dropout__" in value:
+        return "a dropout module"
+    return repr(value)
+
+
+def signature(name, args, kwargs):
+    """How a call reads in a message: "split_heads(float32 tensor (2, 3, 8), 2)"."""
+    parts = [_short(a) for a in args] + [f"{k}={_short(v)}" for k, v in kwargs.items()]
+    return f"{name}({', '.join(parts)})"
+
+
+class RemoteModule:
+    """A handle on an nn.Module that lives in the student process."""
+
+    def __init__(self, sandbox, module, name, handle, generation):
+        self.sandbox = sandbox
+        self.module = module
+        self.name = name
+        self.handle = handle
+        self.generation = generation
+
+    def _request(self, op, context, timeout=None, **fields):
+        if self.generation != self.sandbox._generation:
+            raise StudentError(f"{self.name} was lost when an earlier check crashed the process", "gave-up")
+        return self.sandbox.request(self.module, op, timeout, context, handle=self.handle, **fields)
+
+    def __call__(self, *args, train=False, seed=None, capture_args=False, timeout=None):
+        """Run forward (in eval mode unless train=True); return (value, args_after)."""
+        mode = "train" if train else "eval"
+        answer = self._request("call", signature(f"{self.name}.forward", args, {}) + f" in {mode} mode",
+                               timeout, args=list(args), kwargs={}, train=train, seed=seed,
+                               capture_args=capture_args)
+        return answer["value"], answer.get("args_after")
+
+    def load(self, params):
+        """Copy trusted parameter values into the student's module by name."""
+        self._request("load", f"loading weights into {self.name}", params=dict(params))
+
+    def state(self):
+        """Named parameters (deduplicated), all parameter names, buffers and submodule names."""
+        return self._request("state", f"reading the parameters of {self.name}")
+
+    def to(self, device=None, dtype=None):
+        target = ", ".join(str(x) for x in (device, dtype) if x is not None)
+        self._request("to", f"{self.name}.to({target})", device=device, dtype=dtype)
+        return self
+
+    def count_ops(self, *args):
+        """aten operator name -> number of calls during one forward pass."""
+        return self._request("count_ops", signature(f"{self.name}.forward", args, {}), args=list(args))["counts"]
+
+    def time(self, *args, reps=10, timeout=None):
+        """Durations of `reps` forward passes, timed in the child."""
+        return self._request("time", signature(f"{self.name}.forward", args, {}), timeout,
+                             args=list(args), reps=reps)["times"]
