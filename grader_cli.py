@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Command line of the multi-head-attention exercise kit.
+
+A thin layer over the `autograder` library: every command calls a library
+function that the kit's tests call directly.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+EXIT_OK, EXIT_BELOW_MIN, EXIT_CANNOT_RUN = 0, 1, 2
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def cli():
+    """Auto-graded exercises on multi-head attention in PyTorch.
+
+    Students implement five modules (attention, heads, masks, mha,
+    positional); the hidden graders run their code in a separate process and
+    score it out of 100.
+
+    \b
+    Typical use:
+      python grader_cli.py grade examples/buggy-student
+      python grader_cli.py grade submission.zip --format gradescope --output results.json
+      python grader_cli.py release --check
+    """
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "gradescope"]), default="text",
+              show_default=True, help="text: a readable report; json: all data for other tools; "
+              "gradescope: results.json per Gradescope's autograder specification.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the report to this file instead of stdout.")
+@click.option("--min-score", type=click.FloatRange(0, 100), default=None,
+              help="Exit with status 1 when the score (out of 100) is below this.")
+@click.option("--timeout", type=float, default=10.0, show_default=True,
+              help="Seconds allowed for one call into the student's code.")
+def grade(path, fmt, output, min_score, timeout):
+    """Grade one submission: a folder of the five .py modules, or a zip of one.
+
+    Student code runs in a separate process and never in the grader's; a
+    missing module, a crash or a hang costs only the checks that need it.
+
+    \b
+    Exit status:
+      0  grading completed (whatever the score)
+      1  the score is below --min-score
+      2  the grader could not run (bad path, unreadable zip)
+    """
+    from autograder.engine import SubmissionError
+    from autograder.engine import grade as grade_submission
+
+    try:
+        report = grade_submission(path, call_timeout=timeout)
+    except SubmissionError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
+    text = report.render(fmt)
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text + "\n")
+        click.echo(f"{report.summary_line()}; report written to {output}", err=True)
+    else:
+        click.echo(text)
+    if report.status != "graded":
+        click.echo(f"warning: {report.status}: {report.error.splitlines()[0] if report.error else ''}", err=True)
+    if min_score is not None and report.score < min_score:
+        click.echo(f"score {report.score:g} is below --min-score {min_score:g}", err=True)
+        sys.exit(EXIT_BELOW_MIN)
+
+
+@cli.command()
+@click.option("--check", is_flag=True, help="Change nothing; exit 1 naming the files that are out of date.")
+def release(check):
+    """Write student_template/ from the instructor's solutions/.
+
+    Each `### BEGIN SOLUTION` ... `### END SOLUTION` region becomes
+    `raise NotImplementedError()`, as nbgrader does; docstrings stay.
+    """
+    from autograder import release as rel
+
+    if check:
+        stale = rel.check_template()
+        if stale:
+            click.echo("student_template/ is out of date: " + ", ".join(stale), err=True)
+            click.echo("run: python grader_cli.py release", err=True)
+            sys.exit(1)
+        click.echo("student_template/ is up to date")
+        return
+    changed = rel.write_template()
+    click.echo(f"wrote {', '.join(changed)}" if changed else "student_template/ already up to date")
+
+
+if __name__ == "__main__":
+    cli()
