@@ -1,0 +1,106 @@
+"""The sandbox: student code runs in a child process and cannot reach the grader.
+
+Each test writes a small hostile module, runs it through the real Sandbox
+(a real child process, real timeouts) and checks what the trusted side sees.
+"""
+import time
+
+import pytest
+import torch
+
+from autograder import checks
+from autograder.sandbox import MAX_STRIKES, Sandbox, StudentError
+
+GOOD_MASKS = "import torch\ndef causal_mask(seq_len, device=None):\n" \
+             "    return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()\n"
+
+
+@pytest.fixture
+def submission(tmp_path):
+    def make(**modules):
+        for name, code in modules.items():
+            (tmp_path / f"{name}.py").write_text(code)
+        return Sandbox(tmp_path, call_timeout=2.0)
+    return make
+
+
+def test_answers_are_plain_tensors_compared_here(submission):
+    with submission(masks=GOOD_MASKS) as sb:
+        value, _ = sb.call("masks", "causal_mask", 3)
+    assert type(value) is torch.Tensor
+    assert torch.equal(value, torch.ones(3, 3, dtype=torch.bool).tril())
+
+
+def test_sys_exit_at_import_is_an_error_not_a_pass(submission):
+    with submission(masks="import sys\nsys.exit(0)\n") as sb:
+        with pytest.raises(StudentError) as err:
+            sb.call("masks", "causal_mask", 3)
+    assert err.value.kind == "raised" and err.value.exc_type == "SystemExit"
+
+
+def test_os_exit_at_import_costs_bounded_retries(submission):
+    with submission(masks="import os\nos._exit(0)\n", heads="def split_heads(x, h):\n    return x\n") as sb:
+        kinds = []
+        for _ in range(MAX_STRIKES + 2):
+            with pytest.raises(StudentError) as err:
+                sb.call("masks", "causal_mask", 3)
+            kinds.append(err.value.kind)
+        assert kinds == ["crashed"] * MAX_STRIKES + ["gave-up"] * 2
+        assert "exit code 0" in str(err.value)
+        value, _ = sb.call("heads", "split_heads", torch.ones(2), 1)  # other modules still run
+        assert torch.equal(value, torch.ones(2))
+
+
+def test_infinite_loop_times_out(submission):
+    with submission(masks="def causal_mask(seq_len, device=None):\n    while True:\n        pass\n") as sb:
+        start = time.monotonic()
+        with pytest.raises(StudentError) as err:
+            sb.call("masks", "causal_mask", 3)
+        assert err.value.kind == "timeout" and "did not finish within 2 s" in str(err.value)
+        assert time.monotonic() - start < 10
+
+
+def test_patched_comparisons_do_not_reach_the_grader(submission):
+    cheat = ("import torch, numpy\n"
+             "torch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True\n"
+             "numpy.allclose = lambda *a, **k: True\n"
+             "def causal_mask(seq_len, device=None):\n    return torch.zeros(seq_len, seq_len, dtype=torch.bool)\n")
+    with submission(masks=cheat) as sb:
+        value, _ = sb.call("masks", "causal_mask", 3)
+    assert torch.allclose is not None and not torch.equal(value, torch.ones(3, 3, dtype=torch.bool).tril())
+    with pytest.raises(AssertionError):
+        checks.close(value, torch.ones(3, 3, dtype=torch.bool).tril(), "causal_mask(3)")
+
+
+def test_tensor_subclass_with_true_eq_is_rejected(submission):
+    cheat = ("import torch\nclass Liar(torch.Tensor):\n    def __eq__(self, other):\n        return True\n"
+             "def causal_mask(seq_len, device=None):\n    return torch.zeros(2).as_subclass(Liar)\n")
+    with submission(masks=cheat) as sb:
+        value, _ = sb.call("masks", "causal_mask", 3)
+    with pytest.raises(AssertionError, match="expected a torch.Tensor, got an object of type masks.Liar"):
+        checks.tensor(value, "causal_mask(3)")
+
+
+def test_prints_do_not_reach_the_protocol(submission):
+    noisy = GOOD_MASKS.replace("    return", "    print('PASSED 100/100', flush=True)\n"
+                               "    import sys; sys.stderr.write('{\"score\": 100}')\n    return")
+    with submission(masks=noisy) as sb:
+        value, _ = sb.call("masks", "causal_mask", 2)
+        assert value.shape == (2, 2)
+        assert "PASSED 100/100" in sb.output_tail()
+
+
+def test_missing_module_is_reported_without_running_anything(submission):
+    with submission(masks=GOOD_MASKS) as sb:
+        with pytest.raises(StudentError, match="attention.py is missing from the submission"):
+            sb.call("attention", "scaled_dot_product_attention", torch.ones(1, 1), torch.ones(1, 1), torch.ones(1, 1))
+
+
+def test_exception_reports_type_message_and_student_frames_only(submission):
+    code = "def causal_mask(seq_len, device=None):\n    return helper()\n\ndef helper():\n    raise KeyError('oops')\n"
+    with submission(masks=code) as sb:
+        with pytest.raises(StudentError) as err:
+            sb.call("masks", "causal_mask", 3)
+    assert str(err.value) == "causal_mask(3) raised KeyError: 'oops'"
+    assert 'File "masks.py", line 5, in helper' in err.value.traceback
+    assert "_child.py" not in err.value.traceback
