@@ -79,7 +79,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None) -> GradeReport
 
     `select` is an optional pytest -k expression to run a subset of the graders.
     """
-    start = time.monotonic()
+    start, wall_start = time.monotonic(), time.time()
     report = GradeReport(submission=str(path))
     with prepared(path) as folder, tempfile.TemporaryDirectory(prefix="mha-grade-") as tmp:
         results_file = Path(tmp) / "results.json"
@@ -100,7 +100,27 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None) -> GradeReport
             data = json.loads(results_file.read_text())
             report.tests = [TestResult(**t) for t in data["tests"]]
             report.student_output = data.get("student_output", "")
+            report.timings = _timings(wall_start, data.get("times", {}), report.tests)
         elif report.status == "graded":
             report.status, report.error = "error", f"the graders did not run:\n{log}"
     report.execution_time = time.monotonic() - start
+    if report.timings:
+        report.timings["total"] = round(report.execution_time, 3)
     return report
+
+
+def _timings(t0, times, tests):
+    """Where the wall time of one grading went, in seconds (for the benchmark)."""
+    out = {}
+    if {"configured", "collected", "finished"} <= set(times):
+        out["grader process start (python, pytest)"] = times["configured"] - t0
+        out["grader imports (torch, reference, graders)"] = times["collected"] - times["configured"]
+    if times.get("child_started") and times.get("child_ready"):
+        out["student process start (python, torch), in parallel"] = times["child_ready"] - times["child_started"]
+    for module in MODULES:
+        spent = sum(t.duration for t in tests if t.module == module and t.aspect != "speedup")
+        out[f"checks: {module}"] = spent
+    out["checks: speedup timing"] = sum(t.duration for t in tests if t.aspect == "speedup")
+    if "finished" in times:
+        out["report and exit"] = time.time() - times["finished"]
+    return {k: round(v, 3) for k, v in out.items()}

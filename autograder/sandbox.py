@@ -23,8 +23,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 CHILD = Path(__file__).with_name("_child.py")
 MODULES = ("attention", "heads", "masks", "mha", "positional")
 MAX_STRIKES = 2  # crashes or timeouts of one module before its checks stop running
@@ -80,6 +78,7 @@ class Sandbox:
         self._generation = 0
         self.strikes = {}  # module -> [messages]
         self.restarts = 0
+        self.started_at = self.ready_at = None  # wall-clock times of the last start, for the benchmark
 
     # -- process management -------------------------------------------------
     def start(self):
@@ -95,7 +94,7 @@ class Sandbox:
                 shutil.copy2(src, self._work / name)
         self._generation += 1
         self._ready = False
-        self._log_offset = self._log.stat().st_size if self._log.exists() else 0
+        self.started_at = time.time()
         self._proc = subprocess.Popen(
             [self.python, "-I", str(CHILD), str(self._log)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -141,6 +140,8 @@ class Sandbox:
 
     # -- framing ------------------------------------------------------------
     def _write(self, obj):
+        import torch  # imported here, not at the top: the child starts before the grader imports torch
+
         buf = io.BytesIO()
         torch.save(obj, buf)
         data = buf.getvalue()
@@ -169,6 +170,8 @@ class Sandbox:
         if size > 512 << 20:
             raise ValueError(f"answer of {size} bytes")
         data = self._read_exactly(size, deadline)
+        import torch
+
         return torch.load(io.BytesIO(data), weights_only=True)
 
     def _ensure_ready(self):
@@ -180,6 +183,7 @@ class Sandbox:
             if not answer.get("ready"):
                 raise EOFError
             self._ready = True
+            self.ready_at = time.time()
 
     # -- requests -----------------------------------------------------------
     def request(self, owner, op, timeout=None, context="your code", **fields):
@@ -249,6 +253,8 @@ class Sandbox:
 
 
 def _short(value):
+    import torch
+
     if isinstance(value, torch.Tensor):
         dev = "" if value.device.type == "cpu" else f" on {value.device}"
         return f"{str(value.dtype).replace('torch.', '')} tensor {tuple(value.shape)}{dev}"
