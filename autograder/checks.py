@@ -106,8 +106,10 @@ def unchanged(after, before, what):
 
 
 def rows(t, decimals=4):
-    """Format the rows of a small 2-D tensor for a message."""
+    """Format the rows of a small 1-D or 2-D tensor for a message."""
     t = t.detach().cpu()
+    if t.dim() < 2:
+        t = t.reshape(1, -1)
     if t.dtype == torch.bool:
         return "[" + ", ".join("[" + " ".join("T" if v else "." for v in row.tolist()) + "]" for row in t) + "]"
     return "[" + ", ".join("(" + ", ".join(f"{v:.{decimals}f}" for v in row.tolist()) + ")" for row in t) + "]"

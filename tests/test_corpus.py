@@ -19,9 +19,10 @@ def graded(case, tmp_path):
     return report
 
 
-@pytest.mark.parametrize("case", CORPUS["bug"], ids=lambda c: c.id)
+@pytest.mark.parametrize("case", CORPUS["bug"] + CORPUS["hostile"], ids=lambda c: c.id)
 def test_planted_bug_loses_points_in_its_own_module_only(case, tmp_path):
     report = graded(case, tmp_path)
+    assert report.execution_time < 90, f"{case.id} took {report.execution_time:.0f} s to grade"
     modules = report.modules()
     earned, available = modules[case.module]
     assert earned < available, f"{case.id} ({case.description}) lost no points in {case.module}"

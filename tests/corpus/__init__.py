@@ -10,7 +10,7 @@ file and writes a case out as a submission folder::
     for case in corpus["bug"]:
         folder = materialize(case, tmp_path / case.id, SOLUTIONS_DIR)
 
-``python tests/corpus/validate.py`` checks every case standalone.
+``tests/test_corpus.py`` grades every case with the real engine.
 """
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ __all__ = [
 MODULES: tuple[str, ...] = ("attention", "heads", "masks", "mha", "positional")
 #: Their file names.
 MODULE_FILES: tuple[str, ...] = tuple(f"{m}.py" for m in MODULES)
-#: The two tables of submissions.toml: planted bugs and correct alternatives.
-KINDS: tuple[str, ...] = ("bug", "alternative")
+#: The tables of submissions.toml: planted bugs, correct alternatives, hostile or broken submissions.
+KINDS: tuple[str, ...] = ("bug", "alternative", "hostile")
 #: The corpus file.
 CORPUS_FILE = Path(__file__).resolve().with_name("submissions.toml")
 
@@ -64,14 +64,15 @@ class Patch:
 @dataclass(frozen=True)
 class Case:
     id: str
-    kind: str  # "bug" or "alternative"
+    kind: str  # "bug", "alternative" or "hostile"
     module: str  # one of MODULES, the only module the patches touch
     description: str
     patches: tuple[Patch, ...]
 
     @property
     def is_bug(self) -> bool:
-        return self.kind == "bug"
+        """Bugs and hostile submissions must lose points in their own module."""
+        return self.kind in ("bug", "hostile")
 
 
 def _case_from_entry(kind: str, index: int, entry: dict) -> Case:
@@ -182,6 +183,7 @@ def materialize(case: Case, dest: Path | str, solutions_dir: Path | str) -> Path
         try:
             compile(text, str(dest / name), "exec")
         except SyntaxError as exc:
-            raise PatchError(f"case {case.id!r}: patched {name} is not valid Python: {exc}") from exc
+            if case.kind != "hostile":  # a hostile case may be broken on purpose
+                raise PatchError(f"case {case.id!r}: patched {name} is not valid Python: {exc}") from exc
         (dest / name).write_text(text, encoding="utf-8")
     return dest
