@@ -125,8 +125,20 @@ def _encode(obj, depth=0):
 _objects = {}
 
 
+class _ImportFailed(Exception):
+    """Importing a student module raised: reported as such, with the original exception."""
+
+    def __init__(self, module, exc):
+        super().__init__(module)
+        self.module = module
+        self.exc = exc
+
+
 def _module(name):
-    return importlib.import_module(name)
+    try:
+        return importlib.import_module(name)
+    except BaseException as exc:  # SyntaxError, SystemExit, anything raised at import
+        raise _ImportFailed(name, exc) from None
 
 
 def _target(req):
@@ -241,21 +253,33 @@ _OPS = {
 }
 
 
+def _is_student_file(filename):
+    return os.path.isabs(filename) and os.path.realpath(filename).startswith(_SUBMISSION + os.sep)
+
+
 def _student_traceback(exc):
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if os.path.realpath(f.filename).startswith(_SUBMISSION + os.sep)]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if _is_student_file(f.filename)]
     lines = [f'  File "{os.path.basename(f.filename)}", line {f.lineno}, in {f.name}\n    {f.line or ""}'
              for f in frames[-5:]]
     return "\n".join(lines)
 
 
 def _error(exc):
-    message = str(exc) if not isinstance(exc, SystemExit) else f"exit code {exc.code!r}"
+    during_import = None
+    if isinstance(exc, _ImportFailed):
+        during_import, exc = exc.module, exc.exc
+    if isinstance(exc, SystemExit):
+        message = f"sys.exit({exc.code!r})"
+    elif isinstance(exc, SyntaxError):
+        message = f"{exc.msg} ({os.path.basename(exc.filename or '?')}, line {exc.lineno})"
+    else:
+        message = str(exc)
     return {
         "type": type(exc).__name__,
         "mro": [c.__name__ for c in type(exc).__mro__],
         "message": message[:2000],
         "traceback": _student_traceback(exc)[:4000],
+        "during_import": during_import,
     }
 
 

@@ -32,9 +32,10 @@ LOG_TAIL = 1500
 class StudentError(Exception):
     """Student code failed: it raised, crashed, hung, or is missing.
 
-    `kind` is one of "missing", "raised", "crashed", "timeout", "bad-return",
-    "gave-up". For "raised", `exc_type`, `mro` and `traceback` describe the
-    student's exception.
+    `kind` is one of "missing", "import" (importing the module raised),
+    "raised", "crashed", "timeout", "bad-return", "gave-up". For "import" and
+    "raised", `exc_type`, `mro` and `traceback` describe the student's
+    exception.
     """
 
     def __init__(self, message, kind, exc_type=None, mro=(), traceback=""):
@@ -229,6 +230,9 @@ class Sandbox:
         if not answer.get("ok"):
             err = answer["error"]
             detail = f": {err['message']}" if err["message"] else ""
+            if err.get("during_import"):
+                raise StudentError(f"importing {err['during_import']}.py raised {err['type']}{detail}",
+                                   "import", err["type"], err["mro"], err.get("traceback", ""))
             raise StudentError(f"{context} raised {err['type']}{detail}", "raised", err["type"],
                                err["mro"], err.get("traceback", ""))
         return answer

@@ -35,7 +35,17 @@ def test_sys_exit_at_import_is_an_error_not_a_pass(submission):
     with submission(masks="import sys\nsys.exit(0)\n") as sb:
         with pytest.raises(StudentError) as err:
             sb.call("masks", "causal_mask", 3)
-    assert err.value.kind == "raised" and err.value.exc_type == "SystemExit"
+    assert err.value.kind == "import" and err.value.exc_type == "SystemExit"
+    assert str(err.value) == "importing masks.py raised SystemExit: sys.exit(0)"
+
+
+def test_syntax_error_is_reported_with_its_line(submission):
+    with submission(masks="def causal_mask(seq_len, device=None):\n    return (\n") as sb:
+        with pytest.raises(StudentError) as err:
+            sb.call("masks", "causal_mask", 3)
+    assert err.value.kind == "import" and err.value.exc_type == "SyntaxError"
+    assert "importing masks.py raised SyntaxError" in str(err.value) and "line 2" in str(err.value)
+    assert "frozen" not in err.value.traceback
 
 
 def test_os_exit_at_import_costs_bounded_retries(submission):
