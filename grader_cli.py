@@ -78,23 +78,55 @@ def grade(path, fmt, output, min_score, timeout):
 @cli.command()
 @click.option("--check", is_flag=True, help="Change nothing; exit 1 naming the files that are out of date.")
 def release(check):
-    """Write student_template/ from the instructor's solutions/.
+    """Write student_template/ from the instructor's solutions/ and assignments/mha/.
 
-    Each `### BEGIN SOLUTION` ... `### END SOLUTION` region becomes
-    `raise NotImplementedError()`, as nbgrader does; docstrings stay.
+    \b
+    1. The module cell of each source notebook in assignments/mha/ is
+       copied from solutions/<module>.py (the one place the code lives).
+    2. The real `nbgrader generate_assignment` makes the student notebooks.
+    3. The .py stubs are rendered from solutions/: each
+       `### BEGIN SOLUTION` ... `### END SOLUTION` region becomes
+       `raise NotImplementedError()`, as nbgrader does; docstrings stay.
     """
     from autograder import release as rel
 
     if check:
-        stale = rel.check_template()
+        stale = rel.check_sources() + [f"student_template/{n}" for n in rel.check_template()]
         if stale:
-            click.echo("student_template/ is out of date: " + ", ".join(stale), err=True)
+            click.echo("out of date: " + ", ".join(stale), err=True)
             click.echo("run: python grader_cli.py release", err=True)
             sys.exit(1)
-        click.echo("student_template/ is up to date")
+        click.echo("assignments/ and student_template/ are up to date")
         return
-    changed = rel.write_template()
-    click.echo(f"wrote {', '.join(changed)}" if changed else "student_template/ already up to date")
+    changed = rel.write_sources() + [f"student_template/{n}" for n in rel.write_template()]
+    click.echo(f"wrote {', '.join(changed)}" if changed else "assignments/ and student_template/ already up to date")
+
+
+@cli.command("nbgrader-sync")
+@click.argument("course", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--assignment", default="mha", show_default=True, help="The nbgrader assignment name.")
+@click.option("--student", "students", multiple=True, help="Only these students (repeatable); default: all.")
+def nbgrader_sync(course, assignment, students):
+    """Write the hidden graders' scores into an nbgrader course's gradebook.
+
+    Run it after `nbgrader autograde ASSIGNMENT` in the course folder COURSE.
+    Each submission is graded by the kit (student code in its own process,
+    never in a kernel shared with the graders), and each module's score goes
+    into the notebook's task cell `<module>-hidden-graders` as its manual
+    score, with the failed checks as the comment. `nbgrader export` then
+    lists the scores.
+    """
+    from autograder.nbgrader_sync import SyncError, sync_course
+
+    try:
+        results = sync_course(course, assignment, list(students) or None)
+    except SyncError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
+    for r in results:
+        modules = ", ".join(f"{m} {s:g}" for m, s in r.modules.items())
+        click.echo(f"{r.student}: {r.score:g}/100 ({modules})")
+    click.echo(f"{len(results)} submission(s) written to {course / 'gradebook.db'}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Grade one submission: the library behind `grader_cli.py grade`.
 
-`grade(path)` accepts a folder of the five modules or a zip of one. It runs
+`grade(path)` accepts a folder of the five modules (as .py files or as
+notebooks such as `01_attention.ipynb`), a zip of one, or a single notebook. It runs
 the hidden graders (pytest, `autograder/graders/`) in a separate trusted
 process, which in turn runs the student's code in a sandboxed child, and
 returns a GradeReport. It never raises for a bad submission: a crash, a hang
@@ -19,6 +20,7 @@ import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from autograder.notebooks import module_of, notebooks_in, write_module
 from autograder.results import GradeReport, TestResult
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,28 +33,30 @@ class SubmissionError(Exception):
     """The grader cannot run at all: a bad path or an unreadable zip."""
 
 
+def _has_modules(folder: Path) -> bool:
+    return any((folder / f"{m}.py").is_file() for m in MODULES) or bool(notebooks_in(folder))
+
+
 def _module_dir(root: Path) -> Path:
     """The folder that holds the modules: the root, or its only subfolder that has them."""
-    if any((root / f"{m}.py").is_file() for m in MODULES):
+    if _has_modules(root):
         return root
-    candidates = {p.parent for m in MODULES for p in root.rglob(f"{m}.py")
-                  if "__MACOSX" not in p.parts and not any(part.startswith(".") for part in p.relative_to(root).parts)}
+    candidates = {p.parent for p in root.rglob("*") if p.suffix in (".py", ".ipynb")
+                  and "__MACOSX" not in p.parts and not any(part.startswith(".") for part in p.relative_to(root).parts)
+                  and _has_modules(p.parent)}
     if len(candidates) == 1:
         return candidates.pop()
     return root
 
 
 @contextmanager
-def prepared(path):
-    """Yield the folder of .py modules for a submission folder or zip."""
-    path = Path(path)
-    if not path.exists():
-        raise SubmissionError(f"no such file or folder: {path}")
+def _unpacked(path: Path):
+    """Yield a folder: the path itself, or a temporary folder holding the zip's files."""
     if path.is_dir():
-        yield _module_dir(path)
+        yield path
         return
     if not zipfile.is_zipfile(path):
-        raise SubmissionError(f"{path} is neither a folder nor a zip file")
+        raise SubmissionError(f"{path} is neither a folder, a notebook nor a zip file")
     tmp = Path(tempfile.mkdtemp(prefix="mha-zip-"))
     try:
         try:
@@ -69,13 +73,46 @@ def prepared(path):
                     target.write_bytes(zf.read(info))
         except (zipfile.BadZipFile, OSError, RuntimeError, NotImplementedError) as exc:
             raise SubmissionError(f"cannot read the zip {path}: {exc}") from None
-        yield _module_dir(tmp)
+        yield tmp
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@contextmanager
+def prepared(path):
+    """Yield a folder of the submission's .py modules, for a folder, a zip or a notebook.
+
+    A module that the submission has only as a notebook (`01_attention.ipynb`)
+    is converted (autograder.notebooks); a .py module takes precedence.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise SubmissionError(f"no such file or folder: {path}")
+    if path.suffix == ".ipynb" and path.is_file():
+        if module_of(path) is None:
+            raise SubmissionError(f"{path.name}: a notebook is named after its module, e.g. 01_attention.ipynb")
+        with tempfile.TemporaryDirectory(prefix="mha-nb-") as tmp:
+            write_module(path, Path(tmp))
+            yield Path(tmp)
+        return
+    with _unpacked(path) as root:
+        folder = _module_dir(root)
+        pending = {m: nb for m, nb in notebooks_in(folder).items() if not (folder / f"{m}.py").is_file()}
+        if not pending:
+            yield folder
+            return
+        with tempfile.TemporaryDirectory(prefix="mha-nb-") as tmp:
+            for py in folder.glob("*.py"):
+                shutil.copy2(py, tmp)
+            for nb in pending.values():
+                write_module(nb, Path(tmp))
+            yield Path(tmp)
+
+
 def grade(path, *, timeout=600.0, call_timeout=10.0, select=None) -> GradeReport:
-    """Grade the submission at `path`; raise SubmissionError only if it cannot be read at all.
+    """Grade the submission at `path` (a folder, a zip or a notebook).
+
+    Raises SubmissionError only when the submission cannot be read at all.
 
     `select` is an optional pytest -k expression to run a subset of the graders.
     """

@@ -57,10 +57,36 @@ def test_checked_in_template_is_up_to_date():
     assert drift == [], f"student_template/ is out of date ({drift}); run `python grader_cli.py release`"
 
 
-def test_expected_template_holds_exactly_the_stubs_and_readme(expected):
-    assert sorted(expected) == sorted([f"{m}.py" for m in release.MODULES] + ["README.md"])
+def test_source_notebooks_module_cells_are_in_sync():
+    stale = release.check_sources()
+    assert stale == [], f"module cells differ from solutions/ ({stale}); run `python grader_cli.py release`"
+
+
+def test_check_sources_detects_an_edited_module_cell(tmp_path):
+    import shutil
+
+    shutil.copytree(release.ASSIGNMENT_DIR, tmp_path / "mha")
+    nb = tmp_path / "mha" / release.NOTEBOOKS["masks"]
+    nb.write_text(nb.read_text().replace("torch.tril(", "torch.triu("))
+    assert release.check_sources(tmp_path / "mha") == [f"assignments/mha/{release.NOTEBOOKS['masks']}"]
+
+
+def test_release_check_cli_exits_0_on_main():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "grader_cli.py", "release", "--check"], cwd=release.ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_expected_template_holds_exactly_the_stubs_notebooks_and_readme(expected):
+    assert sorted(expected) == sorted([f"{m}.py" for m in release.MODULES] + ["README.md"]
+                                      + list(release.NOTEBOOKS.values()))
     assert release.MODULES == tuple(CONTRACT)
     for name, content in expected.items():
+        if name.endswith(".ipynb"):
+            continue
         header = release.HEADER if name.endswith(".py") else f"<!-- {release.HEADER[2:]} -->"
         assert header in content.splitlines()[:30], name
     readme = expected["README.md"]

@@ -1,0 +1,121 @@
+"""Notebook submissions: turn a student's notebook into the module of the same name.
+
+`01_attention.ipynb` becomes `attention.py`. The module keeps what a module
+is made of: the notebook's imports, functions, classes and constant
+assignments, in cell order. Everything else a notebook holds (plots and the
+imports of plotting packages, prints, experiments, self-check asserts, a cell
+that raises) is left out, so it can neither break grading nor slow it down. A cell that does not parse is left
+out too, unless it is the notebook's module cell (the nbgrader solution cell
+`<module>-code`): then its syntax error is kept and reported at import.
+
+Reads notebooks with nbformat; stdlib otherwise, no torch.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import nbformat
+
+MODULES = ("attention", "heads", "masks", "mha", "positional")
+_NAME = re.compile(r"^(?:\d+[_-])?(?P<module>[a-z]+)$")
+_KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+# Packages that only draw or display: their imports are left out with the plots that use them.
+DISPLAY_ONLY = ("matplotlib", "seaborn", "IPython", "plotly", "ipywidgets")
+
+
+def _is_display_import(node) -> bool:
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom):
+        names = [node.module or ""]
+    else:
+        return False
+    return all(n.split(".")[0] in DISPLAY_ONLY for n in names)
+
+
+def module_of(path: Path) -> str | None:
+    """The contract module a notebook stands for: `01_attention.ipynb` -> "attention"."""
+    match = _NAME.match(Path(path).stem.lower())
+    return match["module"] if match and match["module"] in MODULES else None
+
+
+def _is_constant(node) -> bool:
+    if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+        return False
+    try:
+        ast.literal_eval(node.value)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
+
+
+def _strip_magics(source: str) -> str:
+    """IPython magics and shell escapes become blank lines (line numbers stay)."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+
+
+def _is_module_cell(cell, module) -> bool:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return meta.get("grade_id") == f"{module}-code" or bool(meta.get("solution"))
+
+
+def notebook_to_source(nb, module: str, name: str = "notebook") -> str:
+    """The Python source of `module` taken from the notebook `nb` (an nbformat node)."""
+    parts = [f'"""{module}.py, taken from {name}: its imports, functions, classes and constants."""']
+    for index, cell in enumerate(nb.cells, 1):
+        if cell.cell_type != "code":
+            continue
+        source = _strip_magics(cell.source)
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            if _is_module_cell(cell, module):
+                parts.append(f"# --- cell {index} (does not parse)\n{source}")
+            continue
+        lines = source.splitlines()
+        kept = []
+        for node in tree.body:
+            if (isinstance(node, _KEEP) and not _is_display_import(node)) or _is_constant(node):
+                start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+                kept.append("\n".join(lines[start - 1:node.end_lineno]))
+        if kept:
+            parts.append(f"# --- cell {index}\n" + "\n\n".join(kept))
+    return "\n\n".join(parts) + "\n"
+
+
+def notebook_file_to_source(path: Path) -> str:
+    """Read a notebook file and return its module source; ValueError when it is not a notebook."""
+    path = Path(path)
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as exc:  # nbformat raises many kinds of errors on a broken file
+        raise ValueError(f"{path.name} is not a readable notebook: {type(exc).__name__}: {exc}") from None
+    return notebook_to_source(nb, module_of(path) or path.stem, path.name)
+
+
+def notebooks_in(folder: Path) -> dict[str, Path]:
+    """module -> notebook for the contract modules that `folder` has as notebooks."""
+    found = {}
+    for nb_path in sorted(Path(folder).glob("*.ipynb")):
+        module = module_of(nb_path)
+        if module and module not in found:
+            found[module] = nb_path
+    return found
+
+
+def write_module(nb_path: Path, dest: Path) -> Path:
+    """Write the module of the notebook `nb_path` into the folder `dest`.
+
+    A notebook that cannot be read becomes a module that raises ImportError
+    saying so, which costs exactly the checks of that module.
+    """
+    module = module_of(nb_path) or Path(nb_path).stem
+    try:
+        source = notebook_file_to_source(nb_path)
+    except ValueError as exc:
+        source = f"raise ImportError({str(exc)!r})\n"
+    target = Path(dest) / f"{module}.py"
+    target.write_text(source)
+    return target
