@@ -102,6 +102,60 @@ def release(check):
     click.echo(f"wrote {', '.join(changed)}" if changed else "assignments/ and student_template/ already up to date")
 
 
+@cli.command()
+@click.argument("submission", required=False, type=click.Path(exists=True, path_type=Path))
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("bench.png"),
+              show_default=True, help="Where to save the plot (PNG).")
+@click.option("--tokens", default="32,128", show_default=True, help="Sequence lengths, comma-separated.")
+@click.option("--heads", default="1,4,16,64", show_default=True, help="Head counts (dividing --d-model).")
+@click.option("--d-model", default=128, show_default=True)
+@click.option("--batch", default=4, show_default=True)
+@click.option("--threads", default=1, show_default=True, help="torch threads (the graders time on 1).")
+def bench(submission, device, plot_path, tokens, heads, d_model, batch, threads):
+    """Time MHA implementations side by side: table and plot.
+
+    The reference stacked and fused modules, a fused module on
+    F.scaled_dot_product_attention and nn.MultiheadAttention, across head
+    counts and sequence lengths; with SUBMISSION, also the student's stacked
+    and fused modules (run in the sandbox, timed by the grader's clock).
+    """
+    from autograder import bench as b
+
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            click.echo("error: --device cuda, but CUDA is not available here", err=True)
+            sys.exit(EXIT_CANNOT_RUN)
+    token_list = [int(t) for t in tokens.split(",")]
+    head_list = [int(h) for h in heads.split(",")]
+    if any(d_model % h for h in head_list):
+        raise click.BadParameter(f"every head count must divide --d-model {d_model}", param_hint="--heads")
+    student = None
+    if submission is not None:
+        from autograder.engine import prepared
+        from autograder.sandbox import Sandbox
+
+        ctx = prepared(submission)
+        folder = ctx.__enter__()
+        student = Sandbox(folder, call_timeout=120)
+    total = len(token_list) * len(head_list)
+    try:
+        with click.progressbar(length=total, label="timing", file=sys.stderr) as bar:
+            rows = b.run(tokens=token_list, heads=head_list, d_model=d_model, batch=batch, device=device,
+                         student=student, threads=threads, progress=lambda row: bar.update(1))
+    finally:
+        if student is not None:
+            student.close()
+            ctx.__exit__(None, None, None)
+    click.echo(f"\nms per forward pass, d_model {d_model}, batch {batch}, {device}, {threads} thread(s), "
+               "best of 3 interleaved rounds")
+    click.echo(b.table(rows))
+    b.plot(rows, plot_path)
+    click.echo(f"plot written to {plot_path}")
+
+
 @cli.command("nbgrader-sync")
 @click.argument("course", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--assignment", default="mha", show_default=True, help="The nbgrader assignment name.")

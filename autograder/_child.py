@@ -15,11 +15,9 @@ import os
 import struct
 import sys
 import threading
-import time
 import traceback
 
-# Timers and I/O are captured before any student code is imported.
-_perf_counter = time.perf_counter
+# I/O functions are captured before any student code is imported.
 _write = os.write
 _read = os.read
 
@@ -59,7 +57,8 @@ def _warm_up():
         pass
 
 
-threading.Thread(target=_warm_up, daemon=True).start()
+_warming = threading.Thread(target=_warm_up, daemon=True)
+_warming.start()
 sys.path.insert(0, _SUBMISSION)
 
 
@@ -83,7 +82,7 @@ def _recv():
 
 def _send(obj):
     buf = io.BytesIO()
-    _save(obj, buf)
+    _save(obj, buf, _use_new_zipfile_serialization=False)  # the legacy format is faster for small messages
     data = buf.getvalue()
     view = memoryview(struct.pack(">Q", len(data)) + data)
     while view:
@@ -230,16 +229,20 @@ def _op_count_ops(req):
 
 
 def _op_time(req):
+    """Run a block of forward passes; the grader times the request with its own clock."""
+    _warming.join()  # nothing else runs in this process while it is timed
     model = _objects[req["handle"]]
     args, kwargs = _forward_input(req)
     model.eval()
-    times = []
+    cuda = any(isinstance(a, _Tensor) and a.is_cuda for a in args)
     with torch.no_grad():
+        if cuda:
+            torch.cuda.synchronize()
         for _ in range(req.get("reps", 10)):
-            start = _perf_counter()
             model(*args, **kwargs)
-            times.append(_perf_counter() - start)
-    return {"times": times}
+        if cuda:
+            torch.cuda.synchronize()
+    return {}
 
 
 _OPS = {

@@ -1,11 +1,26 @@
-"""The speedup check: is the student's fused module faster than the reference stacked one?
+"""The speedup checks: is the student's fused module really faster?
 
-Kept in one place so that it can be hardened without touching the graders.
-The sizes make per-operator overhead dominate (many small heads), where
-fusing the heads pays most: the reference stacked module runs about ten
-operators per head, a fused one about fifteen in all. Both sides run
-single-threaded; rounds are interleaved and the minimum of each side is
-compared, which filters out the moments when the machine was busy.
+Kept in one place, and in layers (each its own grader test):
+
+1. structure (in the graders): the fused forward's matrix-product count,
+   counted with torch's dispatch mode, does not grow with num_heads;
+2. the student's fused module against the instructor's reference *stacked*
+   module (never the student's own stacked one, which could be made slow):
+   it must be at least MIN_SPEEDUP times faster;
+3. the student's fused module against the reference *fused* module: at most
+   MAX_SLOWDOWN times slower.
+
+Timing the student cannot fake: every duration is read by the trusted
+process's own clock. The student process runs a block of forward passes on
+request; the grader times the whole request, so a module that sleeps is slow
+however it patches the timers of its own process (CPU time is not used: a
+sleeping process uses none). The sizes make per-operator overhead dominate
+(many small heads), where fusing pays most: the reference stacked module runs
+about ten operators per head, a fused one about fifteen in all. Both sides
+run single-threaded; rounds of the three modules are interleaved and each
+side's best round is compared, which filters out the moments the machine was
+busy; a failing measurement is repeated up to RETRIES times. On CUDA the
+blocks are synchronised and the reference side is timed with CUDA events.
 """
 from __future__ import annotations
 
@@ -16,63 +31,143 @@ import torch
 
 from solutions import mha as ref
 
-SIZES = {"batch": 2, "tokens": 16, "d_in": 64, "num_heads": 16, "head_dim": 4}
-MIN_SPEEDUP = 2.0  # the fused module must be at least this much faster than the reference stacked one
+SIZES = {"batch": 2, "tokens": 16, "d_in": 64, "num_heads": 32, "head_dim": 2}
+# Measured here on 2 busy cores: a correct fused module is 8-11x faster than the reference stacked
+# one and 0.9-1.7x as slow as the reference fused one; a fused module that loops over the heads
+# is 0.7-2.4x faster and 5-19x as slow. The thresholds sit between, with about 2x margin each side.
+MIN_SPEEDUP = 4.0  # fused vs the reference stacked module
+MAX_SLOWDOWN = 3.0  # fused vs the reference fused module
 ROUNDS = 5
 REPS = 20
+RETRIES = 3
 
 
 @dataclass
-class Speedup:
-    stacked_s: float  # best time of one forward pass of the reference stacked module
-    fused_s: float  # best time of one forward pass of the student's fused module
-    threshold: float = MIN_SPEEDUP
+class Measurement:
+    """Best seconds per forward pass of each module, over the interleaved rounds."""
+
+    student_fused: float
+    reference_stacked: float
+    reference_fused: float
+    device: str = "cpu"
 
     @property
-    def ratio(self):
-        return self.stacked_s / self.fused_s if self.fused_s > 0 else float("inf")
+    def speedup(self):
+        """How many times faster the student's fused module is than the reference stacked one."""
+        return self.reference_stacked / self.student_fused
 
     @property
-    def passed(self):
-        return self.ratio >= self.threshold
+    def slowdown(self):
+        """How many times slower the student's fused module is than the reference fused one."""
+        return self.student_fused / self.reference_fused
+
+    @property
+    def fast_enough(self):
+        return self.speedup >= MIN_SPEEDUP
+
+    @property
+    def close_to_reference(self):
+        return self.slowdown <= MAX_SLOWDOWN
 
     def describe(self):
         s = SIZES
         return (f"batch {s['batch']}, {s['tokens']} tokens, d_in {s['d_in']}, {s['num_heads']} heads of "
-                f"{s['head_dim']}: reference stacked {self.stacked_s * 1e6:.0f} us, your fused "
-                f"{self.fused_s * 1e6:.0f} us per forward pass, speedup {self.ratio:.2f}x "
-                f"(at least {self.threshold:g}x expected)")
+                f"{s['head_dim']} on {self.device}: your fused {self.student_fused * 1e6:.0f} us, reference stacked "
+                f"{self.reference_stacked * 1e6:.0f} us, reference fused {self.reference_fused * 1e6:.0f} us per "
+                f"forward pass (best of {ROUNDS} rounds of {REPS})")
 
 
-def _time_local(module, x, reps):
-    times = []
-    with torch.no_grad():
-        for _ in range(reps):
-            start = time.perf_counter()
-            module(x)
-            times.append(time.perf_counter() - start)
-    return times
-
-
-def measure(fused_remote, rounds=ROUNDS, reps=REPS) -> Speedup:
-    """Time the student's fused module (already built remotely) against the reference stacked one."""
+def inputs(device="cpu"):
     s = SIZES
-    x = torch.randn(s["batch"], s["tokens"], s["d_in"], generator=torch.Generator().manual_seed(0))
-    stacked = ref.StackedMultiHeadAttention(s["d_in"], s["head_dim"], s["tokens"], 0.0, s["num_heads"]).eval()
+    return torch.randn(s["batch"], s["tokens"], s["d_in"], generator=torch.Generator().manual_seed(0)).to(device)
+
+
+def reference_modules(device="cpu"):
+    s = SIZES
+    torch.manual_seed(0)
+    stacked = ref.StackedMultiHeadAttention(s["d_in"], s["head_dim"], s["tokens"], 0.0, s["num_heads"])
+    fused = ref.MultiHeadAttention(s["d_in"], s["num_heads"] * s["head_dim"], s["tokens"], 0.0, s["num_heads"])
+    return stacked.eval().to(device), fused.eval().to(device)
+
+
+def build_fused(student, device="cpu"):
+    """The student's fused module at the timing sizes, on `device`."""
+    s = SIZES
+    remote = student.new("mha", "MultiHeadAttention", s["d_in"], s["num_heads"] * s["head_dim"], s["tokens"], 0.0,
+                         s["num_heads"], seed=0)
+    return remote.to(device=device) if device != "cpu" else remote
+
+
+def time_block(module, x, reps=REPS):
+    """Seconds per forward pass of `module` over a block of `reps` passes, by this process's clock."""
+    with torch.no_grad():
+        if x.device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            for _ in range(reps):
+                module(x)
+            end.record()
+            torch.cuda.synchronize()
+            return start.elapsed_time(end) / 1e3 / reps
+        begin = time.perf_counter()
+        for _ in range(reps):
+            module(x)
+        return (time.perf_counter() - begin) / reps
+
+
+def time_remote_block(remote, x, reps=REPS):
+    """Seconds per forward pass of a module in the student process, by this process's clock.
+
+    The request runs the whole block there (synchronising CUDA at its end);
+    the round trip's fixed cost is shared by `reps` passes.
+    """
+    begin = time.perf_counter()
+    remote.time(x, reps=reps)
+    return (time.perf_counter() - begin) / reps
+
+
+def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS) -> Measurement:
+    """Interleaved rounds of the student's fused module and the two reference modules."""
+    x = inputs(device)
+    stacked, fused = reference_modules(device)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        fused_times, stacked_times = [], []
+        time_remote_block(fused_remote, x, reps=2)  # warm up both sides
+        time_block(stacked, x, 2), time_block(fused, x, 2)
+        best = [float("inf")] * 3
         for _ in range(rounds):
-            fused_times += fused_remote.time(x, reps=reps)
-            stacked_times += _time_local(stacked, x, reps)
+            times = (time_remote_block(fused_remote, x, reps), time_block(stacked, x, reps), time_block(fused, x, reps))
+            best = [min(b, t) for b, t in zip(best, times)]
     finally:
         torch.set_num_threads(threads)
-    return Speedup(min(stacked_times), min(fused_times))
+    return Measurement(*best, device=device)
 
 
-def build_fused(student):
-    """The student's fused module at the timing sizes."""
-    s = SIZES
-    return student.new("mha", "MultiHeadAttention", s["d_in"], s["num_heads"] * s["head_dim"], s["tokens"], 0.0,
-                       s["num_heads"], seed=0)
+def passes(m: Measurement) -> bool:
+    return m.fast_enough and m.close_to_reference
+
+
+def measure_until(fused_remote, passes=passes, device="cpu", retries=RETRIES) -> Measurement:
+    """Measure; while `passes(measurement)` is false, measure again, at most `retries` times in all.
+
+    A failing measurement is retried because noise only ever makes a module
+    look slower; with the margins above, no retry turns a slow module fast.
+    """
+    for _ in range(retries):
+        result = measure(fused_remote, device)
+        if passes(result):
+            break
+    return result
+
+
+_measured = {}
+
+
+def grade_speedup(student, device="cpu") -> Measurement:
+    """The measurement both speedup checks of one grading share (taken once per student process)."""
+    key = (id(student), device)
+    if key not in _measured:
+        _measured[key] = measure_until(build_fused(student, device), device=device)
+    return _measured[key]

@@ -1,0 +1,87 @@
+"""The speedup checks, exercised only with margins that no noise can cross.
+
+A fused module that sleeps 20 ms per forward pass (the reference stacked
+module takes about 3-7 ms here, the reference fused one about 0.3 ms) and a
+fused module that loops over 32 heads must fail; patching the student
+process's timers must not help. The reference passing is part of
+test_scoring (the reference scores 100).
+"""
+import pytest
+
+from autograder import timing
+from autograder.engine import grade
+from tests.conftest import SOLUTIONS
+from tests.corpus import load_corpus, materialize
+
+SPEEDUP_TESTS = "faster_than_reference_stacked or close_to_reference_fused"
+
+SLEEP = ("        import time\n        time.sleep(0.02)\n"
+         "        B, T, _ = x.shape\n        H, hd = self.num_heads, self.head_dim")
+PATCH_TIMERS = '''import time as _time
+_time.perf_counter = lambda: 0.0
+_time.perf_counter_ns = lambda: 0
+_time.monotonic = lambda: 0.0
+_time.monotonic_ns = lambda: 0
+_time.process_time = lambda: 0.0
+_time.time = lambda: 0.0
+'''
+
+
+def fused_variant(tmp_path, *, patch_timers):
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    for path in SOLUTIONS.glob("*.py"):
+        (folder / path.name).write_text(path.read_text())
+    mha = (folder / "mha.py").read_text()
+    anchor = "        B, T, _ = x.shape\n        H, hd = self.num_heads, self.head_dim"
+    assert mha.count(anchor) == 1
+    mha = mha.replace(anchor, SLEEP)
+    if patch_timers:
+        mha = PATCH_TIMERS + mha
+    (folder / "mha.py").write_text(mha)
+    return folder
+
+
+def speedup_results(folder):
+    report = grade(folder, select=SPEEDUP_TESTS)
+    results = {t.id: t for t in report.tests}
+    assert set(results) == {"test_fused_faster_than_reference_stacked", "test_fused_close_to_reference_fused"}
+    return results
+
+
+@pytest.mark.parametrize("patch_timers", [False, True], ids=["sleeps", "sleeps-and-patches-timers"])
+def test_sleeping_fused_module_fails_both_speedup_checks(tmp_path, patch_timers):
+    results = speedup_results(fused_variant(tmp_path, patch_timers=patch_timers))
+    for test in results.values():
+        assert test.status == "failed", test.id
+        assert "us per forward pass" in test.message and "your fused" in test.message
+
+
+def test_loop_over_heads_fails_both_speedup_checks(tmp_path):
+    case = next(c for c in load_corpus()["bug"] if c.id == "mha-fused-loop-over-heads")
+    results = speedup_results(materialize(case, tmp_path / case.id, SOLUTIONS))
+    for test in results.values():
+        assert test.status == "failed", (test.id, test.message)
+
+
+def test_measurement_thresholds():
+    fast = timing.Measurement(student_fused=1.0, reference_stacked=5.0, reference_fused=0.8)
+    assert fast.fast_enough and fast.close_to_reference
+    slow = timing.Measurement(student_fused=4.0, reference_stacked=5.0, reference_fused=0.8)
+    assert not slow.fast_enough and not slow.close_to_reference
+    assert "your fused 4000000 us" in slow.describe()
+
+
+def test_measure_until_stops_at_the_first_pass(monkeypatch):
+    calls = []
+
+    def fake_measure(remote, device="cpu"):
+        calls.append(device)
+        return timing.Measurement(1.0, 5.0 if len(calls) == 2 else 1.0, 1.0)
+
+    monkeypatch.setattr(timing, "measure", fake_measure)
+    assert timing.measure_until(None, lambda m: m.fast_enough).fast_enough
+    assert len(calls) == 2
+    calls.clear()
+    assert not timing.measure_until(None, lambda m: m.speedup > 100).fast_enough
+    assert len(calls) == timing.RETRIES
