@@ -158,13 +158,18 @@ def test_runs_on_meta_device(student):
     checks.device(checks.shape(weights, (2, 3, 5), "weights on meta"), "meta", "weights")
 
 
+def check_device(student, device):
+    """Runs on `device` and matches the CPU reference (the CUDA check; the kit's tests run it on the CPU too)."""
+    q, k, v = qkv((2,), 3, 5, 4, 6)
+    mask = random_mask(2, 3, 5)
+    out, weights = run(student, q.to(device), k.to(device), v.to(device), mask=mask.to(device))
+    ref_out, ref_weights = ref.scaled_dot_product_attention(q, k, v, mask=mask)
+    checks.close(checks.device(out, device, "output").cpu(), ref_out, f"output on {device}")
+    checks.close(checks.device(weights, device, "weights").cpu(), ref_weights, f"weights on {device}")
+
+
 @needs_cuda
 @grade(1, "device")
 def test_runs_on_cuda_and_matches_cpu(student):
     """runs on CUDA and matches the CPU reference"""
-    q, k, v = qkv((2,), 3, 5, 4, 6)
-    mask = random_mask(2, 3, 5)
-    out, weights = run(student, q.cuda(), k.cuda(), v.cuda(), mask=mask.cuda())
-    ref_out, ref_weights = ref.scaled_dot_product_attention(q, k, v, mask=mask)
-    checks.close(checks.device(out, "cuda", "output").cpu(), ref_out, "output on CUDA")
-    checks.close(checks.device(weights, "cuda", "weights").cpu(), ref_weights, "weights on CUDA")
+    check_device(student, "cuda")
