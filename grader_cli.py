@@ -7,6 +7,7 @@ function that the kit's tests call directly.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -32,9 +33,10 @@ def cli():
 
 @cli.command()
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "gradescope"]), default="text",
-              show_default=True, help="text: a readable report; json: all data for other tools; "
-              "gradescope: results.json per Gradescope's autograder specification.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "gradescope", "markdown", "html"]),
+              default="text", show_default=True, help="text: a readable report; json: all data for other tools; "
+              "gradescope: results.json per Gradescope's autograder specification; markdown, html: feedback "
+              "for the student (html with heatmaps of their attention weights).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the report to this file instead of stdout.")
 @click.option("--min-score", type=click.FloatRange(0, 100), default=None,
@@ -73,6 +75,43 @@ def grade(path, fmt, output, min_score, timeout):
     if min_score is not None and report.score < min_score:
         click.echo(f"score {report.score:g} is below --min-score {min_score:g}", err=True)
         sys.exit(EXIT_BELOW_MIN)
+
+
+@cli.command("grade-all")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--output", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for OUT/<id>/results.json, feedback.md, feedback.html and OUT/gradebook.csv.")
+@click.option("--jobs", "-j", type=click.IntRange(1), default=None, help="Parallel gradings [default: core count].")
+@click.option("--force", is_flag=True, help="Grade again what OUT/gradebook.csv already holds.")
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds allowed per submission.")
+def grade_all(folder, output, jobs, force, timeout):
+    """Grade every submission in FOLDER (a class).
+
+    Each entry of FOLDER is one submission: a folder of .py modules, a folder
+    of notebooks, a zip, or a single notebook; the entry's name is its id.
+    One that crashes, hangs or fills memory gets a row with its status and
+    never stops the others. The gradebook is rewritten atomically after each
+    submission; a second run skips what is already graded (resume), unless
+    --force.
+    """
+    from autograder import batch
+
+    entries = batch.discover(folder)
+    done = batch.read_gradebook(output) if not force else {}
+    todo = sum(1 for i, _ in entries if force or i not in done or done[i].status != "graded")
+    click.echo(f"{len(entries)} submissions, {len(entries) - todo} already graded, {todo} to grade", err=True)
+    start = time.monotonic()
+    with click.progressbar(length=todo, label="grading", show_pos=True, show_eta=True, file=sys.stderr,
+                           item_show_func=lambda row: row.id if row else "") as bar:
+        rows = batch.grade_all(folder, output, jobs=jobs, force=force, timeout=timeout,
+                               progress=lambda row: bar.update(1, row))
+    elapsed = time.monotonic() - start
+    for status in ("graded", "timeout", "error"):
+        ids = [r.id for r in rows.values() if r.status == status]
+        if ids and status != "graded":
+            click.echo(f"{status}: {', '.join(ids)}", err=True)
+    rate = f", {60 * todo / elapsed:.1f} per minute" if todo and elapsed > 0 else ""
+    click.echo(f"{len(rows)} rows in {output / batch.GRADEBOOK} ({elapsed:.0f} s{rate})")
 
 
 @cli.command()

@@ -70,13 +70,28 @@ def _fmt(x):
     return f"{x:.4f}" if isinstance(x, float) else repr(x)
 
 
-def close(got, expected, what, *, atol=None, rtol=None):
-    """Check shape, dtype and values of `got` against the trusted `expected`."""
-    got = shape(got, expected.shape, what)
+def likely_bug(got, variants):
+    """A "Likely bug: ..." line when `got` equals one of the known wrong variants (autograder.diagnose)."""
+    from autograder.diagnose import match
+
+    name = match(got, variants) if variants else None
+    return f"\nLikely bug: {name}." if name else ""
+
+
+def close(got, expected, what, *, atol=None, rtol=None, variants=None):
+    """Check shape, dtype and values of `got` against the trusted `expected`.
+
+    `variants` maps the usual mistakes to what they would have produced; the
+    message names the one that `got` matches.
+    """
+    got = tensor(got, what)
+    if tuple(got.shape) != tuple(expected.shape):
+        raise AssertionError(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(got.shape)}"
+                             + likely_bug(got, variants))
     if got.dtype != expected.dtype:
         raise AssertionError(f"{what}: expected dtype {expected.dtype}, got {got.dtype}")
     if got.dtype == torch.bool:
-        bad = got != expected
+        bad = got.cpu() != expected.cpu()
     else:
         if atol is None:
             atol, rtol = (1e-5, 1e-4) if expected.dtype != torch.float64 else (1e-10, 1e-8)
@@ -93,7 +108,7 @@ def close(got, expected, what, *, atol=None, rtol=None):
         e = expected.detach().cpu()[index].item()
         where = f" at index {list(index)}" if index else ""
         raise AssertionError(f"{what}: expected {_fmt(e)}{where}, got {_fmt(g)} "
-                             f"({count} of {got.numel()} entries differ)")
+                             f"({count} of {got.numel()} entries differ)" + likely_bug(got, variants))
     return got
 
 

@@ -106,6 +106,7 @@ def pytest_runtest_makereport(item, call):
             "message": "",
             "grader_error": False,
             "duration": round(report.duration, 4),
+            "data": {k: v for k, v in report.user_properties},
         }
         if report.skipped:
             entry["message"] = call.excinfo.value.msg if call.excinfo else "skipped"

@@ -18,6 +18,7 @@ class TestResult:
     message: str = ""
     grader_error: bool = False
     duration: float = 0.0
+    data: dict = field(default_factory=dict)  # what a grader recorded for feedback (e.g. heatmaps)
 
     @property
     def score(self):
@@ -144,4 +145,8 @@ class GradeReport:
             return json.dumps(self.to_dict(), indent=2)
         if fmt == "gradescope":
             return json.dumps(self.to_gradescope(), indent=2)
+        if fmt in ("markdown", "html"):
+            from autograder import feedback
+
+            return feedback.to_markdown(self) if fmt == "markdown" else feedback.to_html(self)
         raise ValueError(f"unknown format {fmt!r}")

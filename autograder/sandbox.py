@@ -26,6 +26,7 @@ from pathlib import Path
 CHILD = Path(__file__).with_name("_child.py")
 MODULES = ("attention", "heads", "masks", "mha", "positional")
 MAX_STRIKES = 2  # crashes or timeouts of one module before its checks stop running
+MEMORY_LIMIT = 4 << 30  # address space of the student process, in bytes: a memory bomb fails, not the machine
 LOG_TAIL = 1500
 
 
@@ -61,11 +62,13 @@ def _child_env(home):
 class Sandbox:
     """One student process serving the requests of a whole grading run."""
 
-    def __init__(self, submission, *, call_timeout=10.0, start_timeout=60.0, python=sys.executable):
+    def __init__(self, submission, *, call_timeout=10.0, start_timeout=60.0, python=sys.executable,
+                 memory_limit=MEMORY_LIMIT):
         self.submission = Path(submission)
         self.call_timeout = call_timeout
         self.start_timeout = start_timeout
         self.python = python
+        self.memory_limit = memory_limit
         self.available = {m for m in MODULES if (self.submission / f"{m}.py").is_file()}
         self._tmp = Path(tempfile.mkdtemp(prefix="mha-sandbox-"))
         self._work = self._tmp / "work"
@@ -99,8 +102,15 @@ class Sandbox:
         self._proc = subprocess.Popen(
             [self.python, "-I", str(CHILD), str(self._log)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            cwd=self._work, env=_child_env(self._home), start_new_session=True,
+            cwd=self._work, env=_child_env(self._home), start_new_session=True, preexec_fn=self._limits,
         )
+
+    def _limits(self):
+        """Runs in the child before Python starts: cap its memory."""
+        if self.memory_limit:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, (self.memory_limit, self.memory_limit))
 
     def _kill(self):
         if self._proc is None:

@@ -114,3 +114,12 @@ def test_exception_reports_type_message_and_student_frames_only(submission):
     assert str(err.value) == "causal_mask(3) raised KeyError: 'oops'"
     assert 'File "masks.py", line 5, in helper' in err.value.traceback
     assert "_child.py" not in err.value.traceback
+
+
+def test_memory_bomb_fails_inside_its_process(submission):
+    bomb = "import torch\ndef causal_mask(seq_len, device=None):\n    return torch.ones(1 << 36)\n"
+    with submission(masks=bomb) as sb:
+        with pytest.raises(StudentError) as err:
+            sb.call("masks", "causal_mask", 3)
+        assert err.value.kind in ("raised", "crashed")
+        assert "allocate" in str(err.value) or err.value.kind == "crashed"

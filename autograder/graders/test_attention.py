@@ -3,7 +3,7 @@ import math
 
 import torch
 
-from autograder import checks
+from autograder import checks, diagnose
 from autograder.checks import grade, needs_cuda
 from autograder.graders.common import SEED_001_Q, random_mask, randn
 from solutions import attention as ref
@@ -39,8 +39,9 @@ def compare_cases(student, dtype=torch.float32, with_mask=False):
         ref_out, ref_weights = ref.scaled_dot_product_attention(q, k, v, **kwargs)
         case = (f"query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}"
                 + (", with a mask" if with_mask else "") + f", {str(dtype).replace('torch.', '')}")
-        checks.close(weights, ref_weights, f"weights for {case}")
-        checks.close(out, ref_out, f"output for {case}")
+        variants = diagnose.attention_variants(q, k, v, kwargs.get("mask"))
+        checks.close(weights, ref_weights, f"weights for {case}", variants={n: w for n, (_, w) in variants.items()})
+        checks.close(out, ref_out, f"output for {case}", variants={n: o for n, (o, _) in variants.items()})
 
 
 @grade(2, "shape")
@@ -53,17 +54,22 @@ def test_output_and_weights_shapes(student):
 
 
 @grade(3, "worked-example")
-def test_worked_example_seed_001(student):
+def test_worked_example_seed_001(student, record_property):
     """reproduces tutorial 001: b1 = (0.33, 0.67), b2 = (0.50, 0.50)"""
     eye = torch.eye(2)  # K = V = I
     out, weights = run(student, SEED_001_Q, eye, eye)
+    record_property("heatmap", {"title": "tutorial 001: weights of q1, q2 over k1, k2",
+                                "yours": weights.tolist(), "expected": ref.scaled_dot_product_attention(
+                                    SEED_001_Q, eye, eye)[1].tolist()})
     s = 1 / math.sqrt(2)  # scaled scores of q1: (0.71, 1.41)
     b1 = torch.softmax(torch.tensor([s, 2 * s]), dim=0)
     expected = torch.stack([b1, torch.tensor([0.5, 0.5])])  # [[0.3302, 0.6698], [0.5, 0.5]]
     got = checks.shape(out, (2, 2), "output for q = [[1, 2], [1, 1]], K = V = I")
     if not torch.allclose(got.double(), expected.double(), atol=1e-4, rtol=0):
+        variants = {n: o for n, (o, _) in diagnose.attention_variants(SEED_001_Q, eye, eye).items()}
         raise AssertionError(f"tutorial 001: with q1 = (1, 2), q2 = (1, 1) and K = V = I, expected "
-                             f"b1, b2 = {checks.rows(expected)}, got {checks.rows(got)}")
+                             f"b1, b2 = {checks.rows(expected)}, got {checks.rows(got)}"
+                             + checks.likely_bug(got, variants))
 
 
 @grade(3, "values")
@@ -91,12 +97,15 @@ def test_float64_keeps_dtype_and_values(student):
 
 
 @grade(3, "mask")
-def test_masked_positions_get_zero_weight(student):
+def test_masked_positions_get_zero_weight(student, record_property):
     """positions where the mask is False get exactly zero weight"""
     q, k, v = qkv((2,), 4, 6, 8, 8)
     mask = random_mask(2, 4, 6, seed=3)  # True = may attend
     _, weights = run(student, q, k, v, mask=mask)
     weights = checks.shape(weights, (2, 4, 6), "weights for query (2, 4, 8), key (2, 6, 8)")
+    record_property("heatmap", {"title": "weights with a mask (first batch item; blocked positions must be 0)",
+                                "yours": weights[0].tolist(),
+                                "expected": ref.scaled_dot_product_attention(q, k, v, mask=mask)[1][0].tolist()})
     leaked = (weights != 0) & ~mask
     if leaked.any():
         b, i, j = (int(x) for x in leaked.nonzero()[0])

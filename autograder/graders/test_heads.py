@@ -1,7 +1,7 @@
 """Hidden graders for heads.py: split_heads and merge_heads."""
 import torch
 
-from autograder import checks
+from autograder import checks, diagnose
 from autograder.checks import grade, needs_cuda
 from autograder.graders.common import randn
 from solutions import heads as ref
@@ -45,7 +45,8 @@ def test_split_head_h_holds_its_features(student):
     for B, T, d, H in CASES:
         x = randn(B, T, d, seed=d)
         out, _ = split(student, x, H)
-        checks.close(out, ref.split_heads(x, H), f"split_heads(x {tuple(x.shape)}, {H})")
+        checks.close(out, ref.split_heads(x, H), f"split_heads(x {tuple(x.shape)}, {H})",
+                     variants=diagnose.split_variants(x, H))
 
 
 @grade(1, "shape")
@@ -62,7 +63,8 @@ def test_merge_inverts_split(student):
         x = randn(B, T, d, seed=d)
         heads = ref.split_heads(x, H)  # (B, H, T, d_k), a transposed (non-contiguous) view
         out, _ = merge(student, heads)
-        checks.close(out, x, f"merge_heads of the {H} heads of x {tuple(x.shape)}")
+        checks.close(out, x, f"merge_heads of the {H} heads of x {tuple(x.shape)}",
+                     variants=diagnose.merge_variants(heads))
         contiguous = heads.contiguous()
         out, _ = merge(student, contiguous)
         checks.close(out, x, f"merge_heads of the {H} heads of x {tuple(x.shape)} (contiguous copy)")

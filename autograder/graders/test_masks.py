@@ -1,7 +1,7 @@
 """Hidden graders for masks.py: causal_mask."""
 import torch
 
-from autograder import checks
+from autograder import checks, diagnose
 from autograder.checks import grade, needs_cuda
 
 SIZES = (1, 2, 4, 7)
@@ -34,7 +34,14 @@ def test_values_lower_triangle_with_diagonal(student):
             shown = got.bool() if got.dtype != torch.bool else got
             raise AssertionError(f"causal_mask({T}): expected {checks.rows(expected)} (T = may attend, "
                                  f"diagonal included), got {checks.rows(shown)}"
-                                 + ("" if got.dtype == torch.bool else f" as {got.dtype}"))
+                                 + ("" if got.dtype == torch.bool else f" as {got.dtype}")
+                                 + diagnosis(student))
+
+
+def diagnosis(student, T=4):
+    """The likely bug, judged on a mask big enough to tell the usual mistakes apart."""
+    got = mask(student, T)
+    return checks.likely_bug(got.bool() if got.dtype != torch.bool else got, diagnose.mask_variants(T))
 
 
 @grade(2, "device")

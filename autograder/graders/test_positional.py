@@ -3,7 +3,7 @@ import math
 
 import torch
 
-from autograder import checks
+from autograder import checks, diagnose
 from autograder.checks import grade, needs_cuda
 from autograder.graders.common import randn
 from solutions import positional as ref
@@ -47,7 +47,7 @@ def test_encoding_values(student):
     """PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d))"""
     for seq_len, d_model in CASES:
         checks.close(table(student, seq_len, d_model), ref.sinusoidal_encoding(seq_len, d_model),
-                     f"sinusoidal_encoding({seq_len}, {d_model})")
+                     f"sinusoidal_encoding({seq_len}, {d_model})", variants=diagnose.encoding_variants(seq_len, d_model))
 
 
 @grade(1, "errors")

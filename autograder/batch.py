@@ -1,0 +1,120 @@
+"""Grade a whole class: the library behind `grader_cli.py grade-all`.
+
+Every entry of the input folder is one submission (a folder of .py modules
+or notebooks, a zip, or a single notebook); its name is the submission id.
+Submissions are graded in parallel; for each, OUT/<id>/results.json
+(Gradescope format), feedback.md and feedback.html are written, and
+OUT/gradebook.csv is rewritten atomically after every submission, so an
+interrupted run loses nothing and a second run resumes where it stopped.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+from autograder.engine import SubmissionError, grade
+from autograder.feedback import to_html, to_markdown
+from autograder.results import MODULE_ORDER, GradeReport
+
+GRADEBOOK = "gradebook.csv"
+COLUMNS = ["id", "total", *MODULE_ORDER, "status", "grading_time_s", "error"]
+
+
+@dataclass
+class Row:
+    id: str
+    total: float
+    modules: dict
+    status: str  # graded | timeout | error
+    seconds: float
+    error: str = ""
+
+    def as_csv(self):
+        return {"id": self.id, "total": f"{self.total:g}", **{m: f"{self.modules.get(m, 0):g}" for m in MODULE_ORDER},
+                "status": self.status, "grading_time_s": f"{self.seconds:.1f}", "error": self.error}
+
+    @classmethod
+    def from_csv(cls, rec):
+        return cls(rec["id"], float(rec["total"]), {m: float(rec[m]) for m in MODULE_ORDER}, rec["status"],
+                   float(rec["grading_time_s"]), rec.get("error", ""))
+
+
+def discover(folder: Path) -> list[tuple[str, Path]]:
+    """(id, path) for every submission in `folder`, sorted by id; hidden entries are skipped."""
+    return sorted((p.name, p) for p in Path(folder).iterdir() if not p.name.startswith((".", "__MACOSX")))
+
+
+def _write_atomic(path: Path, text: str):
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def read_gradebook(out: Path) -> dict[str, Row]:
+    path = Path(out) / GRADEBOOK
+    if not path.is_file():
+        return {}
+    with open(path, newline="", encoding="utf-8") as fh:
+        return {rec["id"]: Row.from_csv(rec) for rec in csv.DictReader(fh)}
+
+
+def write_gradebook(out: Path, rows: dict[str, Row]):
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=COLUMNS)
+    writer.writeheader()
+    for key in sorted(rows):
+        writer.writerow(rows[key].as_csv())
+    _write_atomic(Path(out) / GRADEBOOK, buf.getvalue())
+
+
+def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: float = 10.0) -> Row:
+    """Grade one submission and write its files; never raises for a bad submission."""
+    start = time.monotonic()
+    try:
+        report = grade(path, timeout=timeout, call_timeout=call_timeout)
+    except SubmissionError as exc:
+        report = GradeReport(submission=sub_id, status="error", error=str(exc))
+    except Exception as exc:  # the batch goes on whatever happens to one submission
+        report = GradeReport(submission=sub_id, status="error", error=f"{type(exc).__name__}: {exc}")
+    report.submission = sub_id
+    folder = Path(out) / sub_id
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_atomic(folder / "results.json", report.render("gradescope") + "\n")
+    _write_atomic(folder / "feedback.md", to_markdown(report))
+    _write_atomic(folder / "feedback.html", to_html(report))
+    modules = {m: earned for m, (earned, _) in report.modules().items()}
+    error = report.error.splitlines()[0] if report.error else ""
+    return Row(sub_id, report.score, modules, report.status, time.monotonic() - start, error)
+
+
+def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool = False, timeout: float = 300.0,
+              call_timeout: float = 10.0, progress=None) -> dict[str, Row]:
+    """Grade every submission of `folder` into `out`; return id -> Row for all of them.
+
+    Submissions already in OUT/gradebook.csv with status "graded" are skipped
+    unless `force`. `progress(row)` is called after each graded submission.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = {} if force else read_gradebook(out)
+    todo = [(i, p) for i, p in discover(folder) if force or rows.get(i) is None or rows[i].status != "graded"
+            or not (out / i / "results.json").is_file()]
+    jobs = jobs or os.cpu_count() or 1
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(grade_one, i, p, out, timeout, call_timeout) for i, p in todo]
+        for future in as_completed(futures):
+            row = future.result()
+            rows[row.id] = row
+            write_gradebook(out, rows)
+            if progress:
+                progress(row)
+    if not todo:
+        write_gradebook(out, rows)
+    return rows

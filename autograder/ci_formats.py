@@ -1,0 +1,215 @@
+"""Formats for CI systems: JUnit XML, and GitHub Classroom's autograding result.
+
+`to_junit(report)`: one `<testsuite>` per module, one `<testcase>` per check,
+as CI systems (GitHub Actions test reporters, GitLab, Jenkins) read it.
+
+`to_classroom(report)`: the base64 string that a step of a GitHub Classroom
+workflow publishes as its output `result` and that
+`classroom-resources/autograding-grading-reporter` decodes. The reporter
+(src/main.js, console-results.js, notify-classroom.js) reads:
+
+- top level: `status` ("fail" or "error" fail the job), `max_score` (a
+  runner with no max_score is ignored), `tests`;
+- per test: `name`, `status` ("pass", "fail", or "error", whose `message` it
+  prints), `score` (the runner's points are the sum of the tests' scores),
+  `line_no` (printed when not 0), `test_code` (printed when not empty).
+
+Classroom receives `Points <sum of scores>/<max_score>`. Scores are whole
+numbers here: fractional points are summed as floats (3.0000000000000004)
+and such totals are reported to be exported as 0 (github/gh-classroom#83).
+
+`report_from_dict(d)` rebuilds a GradeReport from `report.to_dict()` (the
+`--format json` output), so that one grading can be rendered in every format.
+"""
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import math
+import re
+import xml.etree.ElementTree as ET
+from fractions import Fraction
+
+from autograder.results import MODULE_ORDER, GradeReport, TestResult
+
+# The reporter receives the result through an environment variable, and Linux
+# limits one environment string to 128 KiB; stay well below.
+CLASSROOM_MAX_CHARS = 64_000
+CLASSROOM_MESSAGE_LIMITS = (2000, 500, 120, 0)
+
+# Characters that XML 1.0 cannot carry, even escaped (NUL, ESC, lone surrogates...).
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml_text(text) -> str:
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _g(x) -> str:
+    return f"{x:g}"
+
+
+def _modules_in(report: GradeReport) -> list[str]:
+    present = {t.module for t in report.tests}
+    return [m for m in MODULE_ORDER if m in present] + sorted(present - set(MODULE_ORDER))
+
+
+# -- JUnit XML ----------------------------------------------------------------
+def _properties(parent, items):
+    props = ET.SubElement(parent, "properties")
+    for name, value in items:
+        ET.SubElement(props, "property", name=name, value=_xml_text(value))
+
+
+def to_junit(report: GradeReport) -> str:
+    """JUnit XML: one testsuite per module, one testcase per check.
+
+    Points are raw on each suite (the module's earned / available points, in
+    its attributes `points` / `max_points` and its properties `score` /
+    `max_score`); `total_score` and the root's `score` are the report's score
+    out of 100. Skipped checks (CUDA where there is
+    none) are `<skipped>`; failed checks are `<failure>` (type "grader-error"
+    when the grader itself broke); a grading that did not complete (timeout,
+    error) adds a suite "grading" with one `<error>`.
+    """
+    root = ET.Element("testsuites", name="mha-autograder")
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "time": 0.0}
+    for module in _modules_in(report):
+        tests = [t for t in report.tests if t.module == module]
+        earned, available = sum(t.score for t in tests), sum(t.max_score for t in tests)
+        counts = {
+            "tests": len(tests),
+            "failures": sum(t.status == "failed" for t in tests),
+            "errors": 0,
+            "skipped": sum(t.status == "skipped" for t in tests),
+            "time": sum(t.duration for t in tests),
+        }
+        suite = ET.SubElement(root, "testsuite", name=module,
+                              **{k: (f"{v:.3f}" if k == "time" else str(v)) for k, v in counts.items()},
+                              points=_g(earned), max_points=_g(available))
+        for k, v in counts.items():
+            totals[k] += v
+        _properties(suite, [("score", _g(earned)), ("max_score", _g(available)),
+                            ("total_score", _g(report.score)), ("total_max_score", "100")])
+        for t in tests:
+            case = ET.SubElement(suite, "testcase", classname=f"mha.{module}", name=_xml_text(t.id),
+                                 time=f"{t.duration:.3f}")
+            _properties(case, [("description", t.name), ("aspect", t.aspect), ("points", _g(t.points)),
+                               ("score", _g(t.score))])
+            if t.status == "failed":
+                message = t.message or "check failed"
+                failure = ET.SubElement(case, "failure", message=_xml_text(_first_line(message)),
+                                        type="grader-error" if t.grader_error else "check-failed")
+                failure.text = _xml_text(message)
+            elif t.status == "skipped":
+                ET.SubElement(case, "skipped", message=_xml_text(t.message or "skipped"))
+    if report.status != "graded":
+        error = report.error or report.status
+        suite = ET.SubElement(root, "testsuite", name="grading", tests="1", failures="0", errors="1",
+                              skipped="0", time=f"{report.execution_time:.3f}")
+        case = ET.SubElement(suite, "testcase", classname="mha.grading", name=report.status,
+                             time=f"{report.execution_time:.3f}")
+        err = ET.SubElement(case, "error", message=_xml_text(_first_line(error)), type=report.status)
+        err.text = _xml_text(error)
+        totals["tests"] += 1
+        totals["errors"] += 1
+    totals["time"] = max(totals["time"], report.execution_time)  # the whole grading, when known
+    for k, v in totals.items():
+        root.set(k, f"{v:.3f}" if k == "time" else str(v))
+    root.set("score", _g(report.score))
+    root.set("max_score", "100")
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode")
+
+
+# -- GitHub Classroom ----------------------------------------------------------
+def classroom_scores(report: GradeReport) -> list[int]:
+    """Whole-point scores of the graded (non-skipped) checks, out of 100 in all.
+
+    Each passed check's exact share, 100 * points / available, is rounded by
+    the largest-remainder method, so the scores add up to the report's score
+    rounded to a whole point (half up); failed checks score 0.
+    """
+    graded = [t for t in report.tests if t.status != "skipped"]
+    available = sum(Fraction(str(t.points)) for t in graded)
+    if not available:
+        return [0] * len(graded)
+    exact = [Fraction(100) * Fraction(str(t.points)) / available if t.status == "passed" else Fraction(0)
+             for t in graded]
+    scores = [math.floor(x) for x in exact]
+    target = math.floor(sum(exact) + Fraction(1, 2))
+    by_remainder = sorted(range(len(graded)), key=lambda i: (-(exact[i] - scores[i]), i))
+    for i in by_remainder[:target - sum(scores)]:
+        scores[i] += 1
+    return scores
+
+
+def _classroom_payload(report: GradeReport, message_limit: int) -> dict:
+    def clip(text):
+        text = text.strip()
+        if len(text) <= message_limit:
+            return text
+        return text[:max(message_limit - 15, 0)].rstrip() + " ... (cut)" if message_limit else ""
+
+    graded = [t for t in report.tests if t.status != "skipped"]
+    tests = []
+    for t, score in zip(graded, classroom_scores(report)):
+        tests.append({
+            "name": f"{t.module}: {t.name}",
+            "status": "pass" if t.status == "passed" else "fail",
+            "score": score,
+            "message": clip(t.message) if t.status == "failed" else "",
+            "test_code": "",
+            "filename": "",
+            "line_no": 0,
+            "duration": int(round(t.duration * 1000)),
+        })
+    if report.status != "graded" or not graded:
+        status = "error"
+        # console-results prints the message of a test whose status is "error"
+        tests.append({"name": "grading", "status": "error", "score": 0,
+                      "message": clip(f"grading {report.status}: {report.error or 'no check ran'}")
+                      or f"grading {report.status}",
+                      "test_code": "", "filename": "", "line_no": 0,
+                      "duration": int(round(report.execution_time * 1000))})
+    else:
+        status = "pass" if all(t.status == "passed" for t in graded) else "fail"
+    return {"version": 1, "status": status, "max_score": 100, "tests": tests}
+
+
+def classroom_payload(report: GradeReport) -> dict:
+    """The decoded result: messages shortened until the encoded form fits CLASSROOM_MAX_CHARS."""
+    for limit in CLASSROOM_MESSAGE_LIMITS:
+        payload = _classroom_payload(report, limit)
+        if len(_encode(payload)) <= CLASSROOM_MAX_CHARS:
+            return payload
+    return payload  # only names left: 100-odd checks fit many times over
+
+
+def _encode(payload: dict) -> str:
+    return base64.b64encode(json.dumps(payload, separators=(",", ":")).encode("utf-8")).decode("ascii")
+
+
+def to_classroom(report: GradeReport) -> str:
+    """Base64 of the JSON that classroom-resources/autograding-grading-reporter decodes."""
+    return _encode(classroom_payload(report))
+
+
+# -- back from JSON -------------------------------------------------------------
+def report_from_dict(data: dict) -> GradeReport:
+    """The GradeReport that `report.to_dict()` (`--format json`) was made from.
+
+    Derived keys (score, max_score, tags, modules, earned...) are recomputed,
+    not read; keys that a newer TestResult or GradeReport does not know are ignored.
+    """
+    test_fields = {f.name for f in dataclasses.fields(TestResult)}
+    report_fields = {f.name for f in dataclasses.fields(GradeReport)} - {"tests"}
+    report = GradeReport(**{k: v for k, v in data.items() if k in report_fields})
+    report.tests = [TestResult(**{k: v for k, v in t.items() if k in test_fields}) for t in data.get("tests", [])]
+    return report

@@ -1,0 +1,235 @@
+"""The Gradescope autograder zip: its contents, and its real scripts run as Gradescope runs them.
+
+run_autograder runs on a temporary folder laid out as Gradescope's /autograder
+(source/ = the unzipped zip, submission/, results/), with AUTOGRADER_ROOT
+pointing at it and PYTHON at this interpreter. setup.sh's installs are not
+run: it runs against stand-in python3/apt-get commands that only log their calls.
+"""
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import textwrap
+import zipfile
+
+import pytest
+
+from autograder.gradescope import build_zip
+from tests.conftest import MODULES, ROOT, SOLUTIONS
+
+SCRIPTS = ("setup.sh", "run_autograder")
+
+
+@pytest.fixture(scope="module")
+def autograder_zip(tmp_path_factory):
+    path = tmp_path_factory.mktemp("zip") / "autograder.zip"
+    return path, build_zip(path)
+
+
+def unzip(archive, dest):
+    """Unpack as `unzip` does, each file with the Unix mode stored in the zip."""
+    with zipfile.ZipFile(archive) as zf:
+        for info in zf.infolist():
+            target = dest / info.filename
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(zf.read(info))
+            target.chmod((info.external_attr >> 16) & 0o777)
+
+
+@pytest.fixture()
+def gradescope(tmp_path, autograder_zip):
+    """A folder laid out as /autograder: source/ holds the unzipped autograder, submission/ is empty."""
+    unzip(autograder_zip[0], tmp_path / "source")
+    (tmp_path / "submission").mkdir()
+    return tmp_path
+
+
+def submit_reference(root, **edits):
+    """Copy the reference solution's five modules into submission/, with str.replace edits per module."""
+    for module in MODULES:
+        text = (SOLUTIONS / f"{module}.py").read_text()
+        for old, new in edits.get(module, []):
+            assert old in text, f"{old!r} is not in solutions/{module}.py"
+            text = text.replace(old, new)
+        (root / "submission" / f"{module}.py").write_text(text)
+
+
+def run_autograder(root, python=sys.executable):
+    """Run source/run_autograder as Gradescope does (cwd /autograder); return results.json and the log."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # only the unzipped kit may be imported
+    env.update(AUTOGRADER_ROOT=str(root), PYTHON=str(python))
+    proc = subprocess.run([str(root / "source" / "run_autograder")], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log
+    results = root / "results" / "results.json"
+    assert results.is_file(), log
+    return json.loads(results.read_text()), log
+
+
+def check_results_format(data):
+    assert isinstance(data["score"], (int, float))
+    assert isinstance(data["execution_time"], (int, float))
+    assert "max_score" not in data  # not part of Gradescope's top level
+    for test in data["tests"]:
+        assert {"name", "score", "max_score", "status", "output", "tags", "visibility"} <= set(test), test
+        assert test["status"] in ("passed", "failed")
+        assert test["visibility"] in ("hidden", "after_due_date", "after_published", "visible")
+
+
+# -- the zip ------------------------------------------------------------------
+
+def test_zip_holds_the_scripts_and_the_kit_files_only(autograder_zip):
+    path, names = autograder_zip
+    with zipfile.ZipFile(path) as zf:
+        infos = zf.infolist()
+    assert [i.filename for i in infos] == names
+    assert len(set(names)) == len(names)
+    assert {n.split("/")[0] for n in names} == {*SCRIPTS, "grader_cli.py", "requirements.txt",
+                                                "autograder", "solutions"}
+    for name in names:
+        parts = name.split("/")
+        assert "__pycache__" not in parts and not name.endswith(".pyc"), name
+        assert parts[0] not in ("tests", "student_template", "examples", "assignments", ".venv"), name
+    kit_sources = {p.relative_to(ROOT).as_posix() for p in (ROOT / "autograder").rglob("*.py")
+                   if "__pycache__" not in p.parts}
+    assert kit_sources | {"autograder/graders/pytest.ini"} <= set(names)
+    assert {f"solutions/{m}.py" for m in MODULES} <= set(names)
+    modes = {i.filename: i.external_attr >> 16 for i in infos}
+    for script in SCRIPTS:
+        assert modes[script] == 0o100755, oct(modes[script])
+    assert all(modes[n] == 0o100644 for n in names if n not in SCRIPTS)
+
+
+def test_two_builds_are_byte_identical(autograder_zip, tmp_path):
+    again = tmp_path / "again.zip"
+    assert build_zip(again) == autograder_zip[1]
+    assert again.read_bytes() == autograder_zip[0].read_bytes()
+    with zipfile.ZipFile(again) as zf:  # no build time or file times in the zip
+        assert {i.date_time for i in zf.infolist()} == {(1980, 1, 1, 0, 0, 0)}
+
+
+def test_scripts_are_valid_bash(gradescope):
+    for script in SCRIPTS:
+        path = gradescope / "source" / script
+        assert path.stat().st_mode & stat.S_IXUSR
+        assert path.read_text().startswith("#!/usr/bin/env bash\n")
+        check = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert check.returncode == 0, check.stderr
+    setup = (gradescope / "source" / "setup.sh").read_text()
+    assert "requirements.txt" in setup and "torch==" in setup
+    assert "://" not in setup  # no index URL is built in unless the instructor gives one
+
+
+# -- setup.sh, against stand-in commands ------------------------------------------
+
+FAKE_PYTHON = """\
+#!/usr/bin/env bash
+# Stand-in for python3 / python3.11 / the venv's python: logs its call.
+echo "$(basename "$0") $*" >> "$CALLS"
+case "$*" in
+  "-m venv "*) mkdir -p "$3/bin" && ln -s "$0" "$3/bin/python" ;;
+  *version_info*) exit "${FAKE_OLD_PYTHON:-0}" ;;
+  *ensurepip*) exit "${FAKE_NO_VENV:-0}" ;;
+esac
+"""
+
+
+def run_setup(tmp_path, zip_kwargs=None, **env_extra):
+    """Build a zip, unpack it under tmp_path/root/source, run setup.sh with stand-ins; return the logged calls."""
+    root = tmp_path / "root"
+    unzip_from = tmp_path / "autograder.zip"
+    build_zip(unzip_from, **(zip_kwargs or {}))
+    unzip(unzip_from, root / "source")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("python3", FAKE_PYTHON), ("python3.11", FAKE_PYTHON),
+                       ("apt-get", '#!/usr/bin/env bash\necho "apt-get $*" >> "$CALLS"\n')):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    calls = tmp_path / "calls.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_", "FAKE_"))}
+    env.update(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", AUTOGRADER_ROOT=str(root),
+               CALLS=str(calls), **env_extra)
+    proc = subprocess.run(["bash", str(root / "source" / "setup.sh")], cwd=root / "source", env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pip = "python -m pip install --no-cache-dir --disable-pip-version-check"
+    return root, calls.read_text().splitlines(), pip
+
+
+def test_setup_installs_pinned_torch_then_requirements(tmp_path):
+    root, calls, pip = run_setup(tmp_path)
+    assert not [c for c in calls if c.startswith("apt-get")]  # python3 >= 3.11 with venv: nothing to install
+    assert f"python3 -m venv {root}/venv" in calls
+    installs = [c for c in calls if c.startswith(pip)]
+    assert installs == [f"{pip} torch==2.13.0", f"{pip} -r {root}/source/requirements.txt"]
+
+
+def test_setup_on_old_python_installs_python311_and_honours_torch_env(tmp_path):
+    root, calls, pip = run_setup(tmp_path, FAKE_OLD_PYTHON="1", FAKE_NO_VENV="1",
+                                 TORCH_VERSION="2.14.1", TORCH_INDEX_URL="LOCAL-INDEX")
+    apt = [c for c in calls if c.startswith("apt-get install")]
+    assert apt and "python3.11-venv" in apt[0].split()
+    assert f"python3.11 -m venv {root}/venv" in calls
+    installs = [c for c in calls if c.startswith(pip)]
+    assert installs == [f"{pip} torch==2.14.1 --index-url LOCAL-INDEX",
+                        f"{pip} -r {root}/source/requirements.txt"]
+
+
+def test_setup_defaults_given_to_build_zip(tmp_path):
+    _, calls, pip = run_setup(tmp_path, zip_kwargs={"torch_version": "2.12.0", "torch_index_url": "BUILT-IN INDEX"})
+    assert f"{pip} torch==2.12.0 --index-url BUILT-IN INDEX" in calls
+
+
+# -- run_autograder on real submissions -----------------------------------------
+
+def test_reference_solution_scores_100(gradescope):
+    submit_reference(gradescope)
+    data, log = run_autograder(gradescope)
+    check_results_format(data)
+    assert data["score"] == 100, log
+    assert data["tests"] and all(t["status"] == "passed" for t in data["tests"])
+    graded = [t for t in data["tests"] if t["max_score"] > 0]  # CUDA checks off-GPU: 0 of 0
+    assert sum(t["score"] for t in data["tests"]) == sum(t["max_score"] for t in graded) > 0
+
+
+def test_buggy_submission_scores_between_0_and_100(gradescope):
+    submit_reference(gradescope, attention=[("/ math.sqrt(d_k)", "/ d_k")])
+    data, log = run_autograder(gradescope)
+    check_results_format(data)
+    assert 0 < data["score"] < 100, log
+    failed = [t for t in data["tests"] if t["status"] == "failed"]
+    assert failed and all(t["score"] == 0 and t["output"] for t in failed)
+    assert any(t["name"].startswith("attention:") for t in failed)
+
+
+def test_empty_submission_scores_0(gradescope):
+    data, log = run_autograder(gradescope)
+    check_results_format(data)
+    assert data["score"] == 0, log
+    assert all(t["score"] == 0 for t in data["tests"])
+
+
+@pytest.mark.parametrize("problem", ["no submission folder", "grader crashes"])
+def test_results_json_even_when_the_grader_cannot_run(gradescope, problem):
+    python = sys.executable
+    if problem == "no submission folder":  # grader_cli.py exits 2
+        shutil.rmtree(gradescope / "submission")
+        expected = "no such file or folder"
+    else:  # an interpreter that dies before writing anything
+        python = gradescope / "broken-python"
+        python.write_text(textwrap.dedent("""\
+            #!/usr/bin/env bash
+            echo 'Traceback: something "quoted" \\ broke' >&2
+            exit 1
+            """))
+        python.chmod(0o755)
+        expected = 'something "quoted" \\ broke'
+    data, log = run_autograder(gradescope, python)
+    check_results_format(data)
+    assert data["score"] == 0 and data["tests"] == []
+    assert "could not grade this submission" in data["output"]
+    assert expected in data["output"], data["output"]
