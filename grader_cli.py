@@ -77,6 +77,31 @@ def grade(path, fmt, output, min_score, timeout):
         sys.exit(EXIT_BELOW_MIN)
 
 
+@cli.command()
+@click.argument("path", type=click.Path(path_type=Path))
+def check(path):
+    """Run the students' public self-check on a submission.
+
+    The same checks students run with `python selfcheck.py` in their
+    template (the worked examples, shapes, the causal mask); no hidden
+    grader. The student's code runs in a separate process. Exit status: 0
+    when every check passes, 1 when one fails, 2 when PATH cannot be read.
+    """
+    import subprocess
+
+    from autograder.engine import SubmissionError, prepared
+    from autograder.release import SELF_CHECK
+
+    try:
+        with prepared(path) as folder:
+            folder = folder.resolve()
+            proc = subprocess.run([sys.executable, str(SELF_CHECK), str(folder)], cwd=folder)
+    except SubmissionError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
+    sys.exit(1 if proc.returncode else 0)
+
+
 @cli.command("grade-all")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--output", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),

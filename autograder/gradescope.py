@@ -77,7 +77,7 @@ if [ "$status" -ne 0 ] || [ ! -s "$RESULTS" ]; then
     "$reason" >"$RESULTS"
 fi
 rm -f "$LOG"
-exit $status
+exit 0
 """
 
 
@@ -103,11 +103,12 @@ def _add(zf: zipfile.ZipFile, name: str, data: bytes, mode: int) -> None:
     zf.writestr(info, data)
 
 
-def build_zip(output: Path, *, torch_version: str = TORCH_VERSION, torch_index_url: str = "") -> list[str]:
+def build_zip(output: Path, *, torch_version: str = TORCH_VERSION, torch_index_url: str = "",
+              kit: Path = KIT) -> list[str]:
     """Write the Gradescope autograder zip to `output`; return its member names, in order.
 
     `torch_version` and `torch_index_url` become setup.sh's defaults (Gradescope
-    sets no environment variables at build time).
+    sets no environment variables at build time); `kit` is the kit's folder.
     """
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -116,7 +117,7 @@ def build_zip(output: Path, *, torch_version: str = TORCH_VERSION, torch_index_u
         for name, text in (("setup.sh", setup_sh(torch_version, torch_index_url)), ("run_autograder", RUN_AUTOGRADER)):
             _add(zf, name, text.encode(), EXECUTABLE)
             names.append(name)
-        for name, path in kit_files():
+        for name, path in kit_files(kit):
             _add(zf, name, path.read_bytes(), REGULAR)
             names.append(name)
     return names

@@ -103,6 +103,22 @@ def test_zip_holds_the_scripts_and_the_kit_files_only(autograder_zip):
     assert all(modes[n] == 0o100644 for n in names if n not in SCRIPTS)
 
 
+def test_only_kit_sources_are_taken(tmp_path):
+    kit = tmp_path / "kit"
+    for name in ("grader_cli.py", "requirements.txt", "autograder/__init__.py", "autograder/graders/pytest.ini",
+                 "autograder/graders/test_x.py", "solutions/attention.py",
+                 # none of these may go in:
+                 "autograder/__pycache__/engine.cpython-311.pyc", "autograder/graders/__pycache__/x.py",
+                 "autograder/notes.txt", "solutions/notes.md", "tests/test_cli.py", "examples/buggy/attention.py",
+                 "student_template/attention.py", "assignments/mha/01_attention.ipynb",
+                 ".venv/lib/site.py", "README.md", "Makefile"):
+        (kit / name).parent.mkdir(parents=True, exist_ok=True)
+        (kit / name).write_text("x = 1\n")
+    names = build_zip(tmp_path / "a.zip", kit=kit)
+    assert names == [*SCRIPTS, "autograder/__init__.py", "autograder/graders/pytest.ini",
+                     "autograder/graders/test_x.py", "grader_cli.py", "requirements.txt", "solutions/attention.py"]
+
+
 def test_two_builds_are_byte_identical(autograder_zip, tmp_path):
     again = tmp_path / "again.zip"
     assert build_zip(again) == autograder_zip[1]
