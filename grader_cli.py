@@ -28,6 +28,10 @@ def cli():
       python grader_cli.py grade examples/buggy-student
       python grader_cli.py grade submission.zip --format gradescope --output results.json
       python grader_cli.py release --check
+      python grader_cli.py grade-all submissions/ --output graded/
+      python grader_cli.py check my-submission/
+      python grader_cli.py gradescope-zip --output autograder.zip
+      python grader_cli.py bench my-submission/ --plot bench.png
     """
 
 
@@ -218,6 +222,31 @@ def bench(submission, device, plot_path, tokens, heads, d_model, batch, threads)
     click.echo(b.table(rows))
     b.plot(rows, plot_path)
     click.echo(f"plot written to {plot_path}")
+
+
+@cli.command("gradescope-zip")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=Path("gradescope-autograder.zip"),
+              show_default=True, help="Where to write the zip.")
+@click.option("--torch-version", default="2.13.0", show_default=True,
+              help="The torch that setup.sh installs (TORCH_VERSION at build time still wins).")
+@click.option("--torch-index-url", default="", metavar="URL",
+              help="A pip index for torch, e.g. PyTorch's CPU-only wheels (TORCH_INDEX_URL at build time still wins).")
+def gradescope_zip(output, torch_version, torch_index_url):
+    """Write the autograder zip to upload to a Gradescope programming assignment.
+
+    \b
+    At the zip's root: setup.sh (Gradescope runs it once, as root, to build
+    the image: a venv at /autograder/venv with torch and requirements.txt)
+    and run_autograder (run per submission: grades /autograder/submission and
+    writes /autograder/results/results.json, score 0 with the reason when
+    grading cannot run), with grader_cli.py, requirements.txt, autograder/
+    and the reference solutions/ (instructor-side: students never see them).
+    """
+    from autograder.gradescope import build_zip
+
+    names = build_zip(output, torch_version=torch_version, torch_index_url=torch_index_url)
+    click.echo(f"wrote {output} ({len(names)} files: {', '.join(n for n in names if '/' not in n)}, "
+               f"autograder/, solutions/)")
 
 
 @cli.command("nbgrader-sync")

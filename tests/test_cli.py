@@ -72,3 +72,13 @@ def test_partial_submission_loses_only_the_missing_modules(tmp_path):
         assert data["modules"][module]["score"] == 0
     messages = {t["message"] for t in data["tests"] if t["module"] == "attention" and t["status"] == "failed"}
     assert messages == {"attention.py is missing from the submission"}
+
+
+def test_gradescope_zip_command_writes_the_zip(tmp_path):
+    out = tmp_path / "ag.zip"
+    result = run("gradescope-zip", "--output", out)
+    assert result.exit_code == 0, result.output
+    with zipfile.ZipFile(out) as zf:
+        names = zf.namelist()
+    assert names[:2] == ["setup.sh", "run_autograder"] and "solutions/mha.py" in names
+    assert "setup.sh, run_autograder" in result.output
