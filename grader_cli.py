@@ -13,6 +13,21 @@ from pathlib import Path
 import click
 
 EXIT_OK, EXIT_BELOW_MIN, EXIT_CANNOT_RUN = 0, 1, 2
+FORMATS = ["text", "json", "gradescope", "markdown", "html", "junit", "classroom"]
+FORMAT_HELP = ("text: a readable report; json: all data for other tools; gradescope: results.json per "
+               "Gradescope's autograder specification; markdown, html: feedback for the student (html with "
+               "heatmaps of their attention weights); junit: JUnit XML for CI test reports; classroom: the "
+               "base64 result that GitHub Classroom's grading reporter reads.")
+
+
+def _write(report, text, output):
+    """The report to OUTPUT (its folder made) or to stdout."""
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text + "\n", encoding="utf-8")
+        click.echo(f"{report.summary_line()}; report written to {output}", err=True)
+    else:
+        click.echo(text)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -28,6 +43,7 @@ def cli():
       python grader_cli.py grade examples/buggy-student
       python grader_cli.py grade submission.zip --format gradescope --output results.json
       python grader_cli.py release --check
+      python grader_cli.py render report.json --format junit -o junit.xml
       python grader_cli.py grade-all submissions/ --output graded/
       python grader_cli.py check my-submission/
       python grader_cli.py gradescope-zip --output autograder.zip
@@ -37,10 +53,7 @@ def cli():
 
 @cli.command()
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "gradescope", "markdown", "html"]),
-              default="text", show_default=True, help="text: a readable report; json: all data for other tools; "
-              "gradescope: results.json per Gradescope's autograder specification; markdown, html: feedback "
-              "for the student (html with heatmaps of their attention weights).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True, help=FORMAT_HELP)
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the report to this file instead of stdout.")
 @click.option("--min-score", type=click.FloatRange(0, 100), default=None,
@@ -67,18 +80,38 @@ def grade(path, fmt, output, min_score, timeout):
     except SubmissionError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_CANNOT_RUN)
-    text = report.render(fmt)
-    if output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text + "\n")
-        click.echo(f"{report.summary_line()}; report written to {output}", err=True)
-    else:
-        click.echo(text)
+    _write(report, report.render(fmt), output)
     if report.status != "graded":
         click.echo(f"warning: {report.status}: {report.error.splitlines()[0] if report.error else ''}", err=True)
     if min_score is not None and report.score < min_score:
         click.echo(f"score {report.score:g} is below --min-score {min_score:g}", err=True)
         sys.exit(EXIT_BELOW_MIN)
+
+
+@cli.command()
+@click.argument("report_json", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+              help=FORMAT_HELP)
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the report to this file instead of stdout.")
+def render(report_json, fmt, output):
+    """Render a saved report (from `grade --format json`) in another format, without grading again.
+
+    One grading, several formats that agree: a CI job's points, its summary
+    and its JUnit file come from the same run, even where a timing check
+    could come out differently a second time. Exit status 2 when REPORT_JSON
+    is not such a report.
+    """
+    import json
+
+    from autograder.ci_formats import report_from_dict
+
+    try:
+        report = report_from_dict(json.loads(report_json.read_text(encoding="utf-8")))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        click.echo(f"error: {report_json} is not a report written by `grade --format json`: {exc}", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
+    _write(report, report.render(fmt), output)
 
 
 @cli.command()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 
 from autograder.results import GradeReport
 
@@ -27,7 +28,8 @@ def to_markdown(report: GradeReport) -> str:
     if failed:
         lines += ["", "## What to fix", ""]
         for t in failed:
-            lines += [f"### {t.module}: {t.name} (-{t.points:g})", "", "```", t.message, "```", ""]
+            fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", t.message)), default=0))
+            lines += [f"### {t.module}: {t.name} (-{t.points:g})", "", fence, t.message, fence, ""]
     else:
         lines += ["", "Every check passed."]
     skipped = report.skipped()

@@ -149,4 +149,8 @@ class GradeReport:
             from autograder import feedback
 
             return feedback.to_markdown(self) if fmt == "markdown" else feedback.to_html(self)
+        if fmt in ("junit", "classroom"):
+            from autograder import ci_formats
+
+            return ci_formats.to_junit(self) if fmt == "junit" else ci_formats.to_classroom(self)
         raise ValueError(f"unknown format {fmt!r}")

@@ -91,7 +91,7 @@ def test_junit_carries_points_and_total_score():
     assert props == {"score": "2", "max_score": "5", "total_score": f"{report.score:g}", "total_max_score": "100"}
     case_props = {p.get("name"): p.get("value")
                   for p in root.find(".//testcase[@name='test_split']/properties")}
-    assert case_props["points"] == "4" and case_props["score"] == "4" and case_props["description"] == "checks test_split"
+    assert (case_props["points"], case_props["score"], case_props["description"]) == ("4", "4", "checks test_split")
 
 
 def test_junit_reports_an_unfinished_grading_as_an_error():
