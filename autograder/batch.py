@@ -99,7 +99,8 @@ def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool =
     """Grade every submission of `folder` into `out`; return id -> Row for all of them.
 
     Submissions already in OUT/gradebook.csv with status "graded" are skipped
-    unless `force`. `progress(row)` is called after each graded submission.
+    unless `force`; those that timed out or could not be graded are tried
+    again. `progress(row)` is called after each graded submission.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
