@@ -233,23 +233,19 @@ def bench(submission, device, plot_path, tokens, heads, d_model, batch, threads)
     head_list = [int(h) for h in heads.split(",")]
     if any(d_model % h for h in head_list):
         raise click.BadParameter(f"every head count must divide --d-model {d_model}", param_hint="--heads")
-    student = None
-    if submission is not None:
-        from autograder.engine import prepared
-        from autograder.sandbox import Sandbox
+    from contextlib import ExitStack
 
-        ctx = prepared(submission)
-        folder = ctx.__enter__()
-        student = Sandbox(folder, call_timeout=120)
     total = len(token_list) * len(head_list)
-    try:
+    with ExitStack() as stack:
+        student = None
+        if submission is not None:
+            from autograder.engine import prepared
+            from autograder.sandbox import Sandbox
+
+            student = stack.enter_context(Sandbox(stack.enter_context(prepared(submission)), call_timeout=120))
         with click.progressbar(length=total, label="timing", file=sys.stderr) as bar:
             rows = b.run(tokens=token_list, heads=head_list, d_model=d_model, batch=batch, device=device,
                          student=student, threads=threads, progress=lambda row: bar.update(1))
-    finally:
-        if student is not None:
-            student.close()
-            ctx.__exit__(None, None, None)
     click.echo(f"\nms per forward pass, d_model {d_model}, batch {batch}, {device}, {threads} thread(s), "
                "best of 3 interleaved rounds")
     click.echo(b.table(rows))
