@@ -18,12 +18,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder import MODULES
 from autograder.engine import SubmissionError, grade
 from autograder.feedback import to_html, to_markdown
-from autograder.results import MODULE_ORDER, GradeReport
+from autograder.results import GradeReport
 
 GRADEBOOK = "gradebook.csv"
-COLUMNS = ["id", "total", *MODULE_ORDER, "status", "grading_time_s", "error"]
+COLUMNS = ["id", "total", *MODULES, "status", "grading_time_s", "error"]
 
 
 @dataclass
@@ -36,12 +37,12 @@ class Row:
     error: str = ""
 
     def as_csv(self):
-        return {"id": self.id, "total": f"{self.total:g}", **{m: f"{self.modules.get(m, 0):g}" for m in MODULE_ORDER},
+        return {"id": self.id, "total": f"{self.total:g}", **{m: f"{self.modules.get(m, 0):g}" for m in MODULES},
                 "status": self.status, "grading_time_s": f"{self.seconds:.1f}", "error": self.error}
 
     @classmethod
     def from_csv(cls, rec):
-        return cls(rec["id"], float(rec["total"]), {m: float(rec[m]) for m in MODULE_ORDER}, rec["status"],
+        return cls(rec["id"], float(rec["total"]), {m: float(rec[m]) for m in MODULES}, rec["status"],
                    float(rec["grading_time_s"]), rec.get("error", ""))
 
 

@@ -31,7 +31,8 @@ import re
 import xml.etree.ElementTree as ET
 from fractions import Fraction
 
-from autograder.results import MODULE_ORDER, GradeReport, TestResult
+from autograder import MODULES
+from autograder.results import GradeReport, TestResult
 
 # The reporter receives the result through an environment variable, and Linux
 # limits one environment string to 128 KiB; stay well below.
@@ -57,7 +58,7 @@ def _g(x) -> str:
 
 def _modules_in(report: GradeReport) -> list[str]:
     present = {t.module for t in report.tests}
-    return [m for m in MODULE_ORDER if m in present] + sorted(present - set(MODULE_ORDER))
+    return [m for m in MODULES if m in present] + sorted(present - set(MODULES))
 
 
 # -- JUnit XML ----------------------------------------------------------------

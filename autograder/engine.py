@@ -20,12 +20,12 @@ import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from autograder import MODULES
 from autograder.notebooks import module_of, notebooks_in, write_module
 from autograder.results import GradeReport, TestResult
 
 ROOT = Path(__file__).resolve().parent.parent
 GRADERS = Path(__file__).resolve().parent / "graders"
-MODULES = ("attention", "heads", "masks", "mha", "positional")
 MAX_UNZIPPED = 50 << 20
 
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import nbformat
 
-MODULES = ("attention", "heads", "masks", "mha", "positional")
+from autograder import MODULES
+
 _NAME = re.compile(r"^(?:\d+[_-])?(?P<module>[a-z]+)$")
 _KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 # Packages that only draw or display: their imports are left out with the plots that use them.

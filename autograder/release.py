@@ -25,12 +25,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from autograder import MODULES
+
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS_DIR = ROOT / "solutions"
 TEMPLATE_DIR = ROOT / "student_template"
 ASSIGNMENT = "mha"
 ASSIGNMENT_DIR = ROOT / "assignments" / ASSIGNMENT
-MODULES = ("attention", "heads", "masks", "mha", "positional")
 NOTEBOOKS = {m: f"{i:02d}_{m}.ipynb" for i, m in enumerate(MODULES, 1)}  # 01_attention.ipynb, ...
 SELF_CHECK = Path(__file__).resolve().with_name("selfcheck.py")  # the public checks, shipped as is
 

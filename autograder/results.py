@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-MODULE_ORDER = ("attention", "heads", "masks", "mha", "positional")
+from autograder import MODULES
 
 
 @dataclass
@@ -60,7 +60,7 @@ class GradeReport:
     def modules(self):
         """module -> (earned, available), in the contract's order."""
         out = {}
-        for m in MODULE_ORDER:
+        for m in MODULES:
             tests = [t for t in self.tests if t.module == m]
             out[m] = (sum(t.score for t in tests), sum(t.max_score for t in tests))
         return out
@@ -119,7 +119,7 @@ class GradeReport:
         if self.status != "graded":
             lines.append(f"  {self.status.upper()}: {self.error}")
         lines.append("")
-        width = max(len(m) for m in MODULE_ORDER)
+        width = max(len(m) for m in MODULES)
         for m, (earned, available) in self.modules().items():
             mark = "ok" if earned == available and available else "  "
             lines.append(f"  {m:<{width}}  {earned:>5g} / {available:<5g} {mark}")

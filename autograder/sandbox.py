@@ -23,8 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from autograder import MODULES
+
 CHILD = Path(__file__).with_name("_child.py")
-MODULES = ("attention", "heads", "masks", "mha", "positional")
 MAX_STRIKES = 2  # crashes or timeouts of one module before its checks stop running
 MEMORY_LIMIT = 4 << 30  # address space of the student process, in bytes: a memory bomb fails, not the machine
 LOG_TAIL = 1500
