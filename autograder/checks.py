@@ -21,8 +21,9 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 def describe(value):
     """A short description of a value that came back: "float32 tensor (2, 3)"."""
     if isinstance(value, torch.Tensor):
-        dev = "" if value.device.type == "cpu" else f" on {value.device}"
-        return f"{str(value.dtype).replace('torch.', '')} tensor {tuple(value.shape)}{dev}"
+        from autograder.sandbox import describe_tensor
+
+        return describe_tensor(value)
     if isinstance(value, dict) and "__unsupported__" in value:
         return f"an object of type {value['__unsupported__']}"
     if isinstance(value, list):

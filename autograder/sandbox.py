@@ -267,12 +267,17 @@ class Sandbox:
         return RemoteModule(self, module, name, handle, self._generation)
 
 
+def describe_tensor(t):
+    """How a tensor reads in a message: "float32 tensor (2, 3)", "... on meta"."""
+    dev = "" if t.device.type == "cpu" else f" on {t.device}"
+    return f"{str(t.dtype).replace('torch.', '')} tensor {tuple(t.shape)}{dev}"
+
+
 def _short(value):
     import torch
 
     if isinstance(value, torch.Tensor):
-        dev = "" if value.device.type == "cpu" else f" on {value.device}"
-        return f"{str(value.dtype).replace('torch.', '')} tensor {tuple(value.shape)}{dev}"
+        return describe_tensor(value)
     if isinstance(value, dict) and "__pattern_dropout__" in value:
         return "a dropout module"
     return repr(value)
