@@ -1,17 +1,36 @@
 """The student side of the sandbox: runs student code, nothing else.
 
-This file runs as `python -I _child.py LOG` in a child process whose working
-directory holds a copy of the submission. It is self-contained on purpose
-(stdlib and torch only): the trusted grader never imports student code, it
-sends requests here and compares what comes back itself.
+It runs either as `python -I _child.py CONFIG` or as a fork of the warm
+student zygote (autograder/forkserver.py), with the protocol pipes on fds 0
+and 1. It is self-contained on purpose (stdlib and torch only): the trusted
+grader never imports student code, it sends requests here and compares what
+comes back itself.
+
+Before any student code is imported, the process confines itself (`_enter`):
+
+* stdout and stderr go to a log file that the trusted side reads and
+  truncates; the protocol uses private copies of the pipes;
+* where Linux allows it, new namespaces: no network (an empty network
+  namespace), its own PID namespace (it cannot see or signal other
+  processes, and everything it forks dies with it), and a filesystem of its
+  own: the system and Python's folders read-only, the submission copy at
+  /submission, an empty /tmp, a fresh /proc, and nothing else: no kit, no
+  reference, no graders, no other submission. It then runs as an
+  unprivileged user (root: a uid of its own; others: no capabilities);
+* resource limits: CPU time, address space, process count, output size;
+* an environment without secrets (the trusted side passes a minimal one).
 
 Protocol: frames of an 8-byte big-endian length and a payload written with
 torch.save. The parent reads answers with torch.load(weights_only=True), so
 only plain tensors and plain containers can come back.
 """
+import ctypes
 import importlib
 import io
+import json
 import os
+import resource
+import signal
 import struct
 import sys
 import threading
@@ -20,20 +39,216 @@ import traceback
 # I/O functions are captured before any student code is imported.
 _write = os.write
 _read = os.read
+_IN = _OUT = None
+_SUBMISSION = None
 
-# Private copies of the protocol pipes; fd 0 becomes /dev/null and fds 1, 2
-# go to the log, so that prints of student code never reach the protocol.
-_IN = os.dup(0)
-_OUT = os.dup(1)
-_devnull = os.open(os.devnull, os.O_RDONLY)
-os.dup2(_devnull, 0)
-_log = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-os.dup2(_log, 1)
-os.dup2(_log, 2)
-os.close(_devnull)
-os.close(_log)
-os.set_inheritable(_IN, False)
-os.set_inheritable(_OUT, False)
+
+def _redirect(log):
+    """Keep private copies of the protocol pipes; fd 0 becomes /dev/null, fds 1 and 2 the log."""
+    global _IN, _OUT
+    _IN, _OUT = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(devnull)
+    os.close(out)
+    os.set_inheritable(_IN, False)
+    os.set_inheritable(_OUT, False)
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=True)  # what was printed is in the log even if the process dies
+
+
+# -- confinement (Linux namespaces through libc; stdlib only) ---------------
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
+    1, 2, 4, 8, 32, 4096, 16384, 1 << 18)
+MNT_DETACH, PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 2, 1, 38
+SANDBOX_UID_BASE = 1_500_000  # root confines each student process to a uid of its own, above the usual ranges
+_libc = None
+
+
+def _call(name, *args):
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    if getattr(_libc, name)(*args) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{name}: {os.strerror(err)}")
+
+
+def _mount(source, target, fstype=None, flags=0, data=None):
+    enc = (lambda s: None if s is None else os.fsencode(s))
+    _call("mount", enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data))
+
+
+def _bind(root, path, writable=False):
+    """Make `path` appear at the same place under `root` (read-only unless `writable`)."""
+    target = root + path
+    if os.path.islink(path):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if not os.path.lexists(target):
+            os.symlink(os.readlink(path), target)
+        return
+    if os.path.isdir(path):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, "a").close()
+    _mount(path, target, None, MS_BIND | MS_REC)
+    if not writable:
+        st = os.statvfs(path)  # a remount must keep the flags the mount is locked with
+        kept = st.f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
+
+
+def _visible_paths(forbidden):
+    """System and Python folders the student process needs, minus any that would show the kit."""
+    paths = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys",
+             sys.base_prefix, sys.prefix, *(p for p in sys.path if p)]
+    keep = []
+    for p in paths:
+        p = os.path.abspath(p)
+        while p != "/" and not os.path.exists(p):  # python311.zip: show the folder that would hold it
+            p = os.path.dirname(p)
+        if p == "/" or p in keep:
+            continue
+        if any(f == p or f.startswith(p.rstrip("/") + "/") for f in forbidden):
+            continue  # a folder that contains instructor files is never shown
+        keep.append(p)
+    return keep
+
+
+PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41}.get(os.uname().machine)
+
+
+def _confine(config):
+    """Enter new namespaces and a private filesystem view; return how, or why not.
+
+    The process forks: the child, PID 1 of a new PID namespace, sets up its
+    mount and network namespaces and reports over a pipe. On success the
+    parent waits and exits as the child does, and the child goes on. If the
+    OS refuses any step, the child exits and the parent goes on, unconfined
+    (resource limits still apply), so that the student still gets graded.
+    """
+    try:
+        _call("unshare", ctypes.c_int(CLONE_NEWPID | (0 if os.geteuid() == 0 else CLONE_NEWUSER)))
+    except OSError as exc:
+        return f"unavailable ({exc})"
+    if os.geteuid() != 0:
+        uid, gid = os.getuid(), os.getgid()  # map ourselves in the new user namespace
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as fh:
+                fh.write(text)
+    sandbox_uid = SANDBOX_UID_BASE + os.getpid() % 100_000
+    report_r, report_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(report_r)
+        try:
+            _confine_inside(config, sandbox_uid)
+        except Exception as exc:  # OSError, and anything else the OS has in store
+            os.write(report_w, f"unavailable ({exc})".encode()[:500])
+            os._exit(0)
+        os.write(report_w, b"namespaces")
+        os.close(report_w)
+        return "namespaces"
+    os.close(report_w)
+    report = b""
+    while chunk := os.read(report_r, 512):
+        report += chunk
+    os.close(report_r)
+    if report != b"namespaces":
+        os.waitpid(pid, 0)
+        return report.decode(errors="replace") or "unavailable (the confined process died)"
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for fd in (0, 1, _IN, _OUT):
+        os.close(fd)
+    _, status = os.waitpid(pid, 0)  # mirror the exit of the confined process
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code & 0xFF)
+
+
+def _confine_inside(config, sandbox_uid):
+    """In the new PID namespace: mount, network and filesystem namespaces, then drop privileges."""
+    _call("prctl", ctypes.c_int(PR_SET_PDEATHSIG), ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0),
+          ctypes.c_ulong(0), ctypes.c_ulong(0))
+    _call("unshare", ctypes.c_int(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS))
+    if PIVOT_ROOT is None:
+        raise OSError(f"pivot_root: unknown on {os.uname().machine}")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    root = config["root"]
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+    for path in _visible_paths(config.get("forbidden", [])):
+        _bind(root, path)
+    _bind(root, "/dev", writable=True)
+    os.makedirs(root + "/submission")
+    _mount(config["cwd"], root + "/submission", None, MS_BIND | MS_REC)
+    os.makedirs(root + "/tmp")
+    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=256m")
+    os.makedirs(root + "/proc")
+    try:  # a fresh /proc shows only this PID namespace; some containers forbid it: then no /proc at all
+        _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except OSError:
+        pass
+    os.makedirs(root + "/.old")
+    os.chdir(root)
+    _call("syscall", ctypes.c_long(PIVOT_ROOT), b".", b".old")
+    os.chdir("/")
+    _call("umount2", b"/.old", ctypes.c_int(MNT_DETACH))
+    os.rmdir("/.old")
+    _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.chdir("/submission")
+    if os.geteuid() == 0:  # root: a uid of its own takes every capability away, and the process limit applies to it
+        for dirpath, dirnames, filenames in os.walk("/submission"):
+            for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
+                os.chown(name, sandbox_uid, sandbox_uid)
+        os.setgroups([])
+        os.setresgid(sandbox_uid, sandbox_uid, sandbox_uid)
+        os.setresuid(sandbox_uid, sandbox_uid, sandbox_uid)
+    else:  # drop the capabilities that the new user namespace gave
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+        _call("capset", header, (ctypes.c_uint32 * 6)())
+    _call("prctl", ctypes.c_int(PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), ctypes.c_ulong(0),
+          ctypes.c_ulong(0), ctypes.c_ulong(0))
+    os.environ["HOME"] = os.environ["TMPDIR"] = "/tmp"
+
+
+def _apply_limits(limits):
+    """Resource limits of this process and everything it starts; hitting one ends only student code."""
+    pairs = {
+        resource.RLIMIT_CPU: limits.get("cpu_seconds"),
+        resource.RLIMIT_AS: limits.get("memory_bytes"),
+        resource.RLIMIT_NPROC: limits.get("processes"),
+        resource.RLIMIT_FSIZE: limits.get("output_bytes"),
+        resource.RLIMIT_CORE: 0,
+    }
+    for which, value in pairs.items():
+        if value is not None:
+            resource.setrlimit(which, (int(value), int(value) + (5 if which == resource.RLIMIT_CPU else 0)))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # too much output: the write fails with EFBIG instead
+
+
+def _enter(config):
+    """Confine this process before any student code runs (see the module's docstring)."""
+    global _SUBMISSION
+    _redirect(config["log"])
+    isolation = _confine(config) if config.get("isolate") else "off"
+    _apply_limits(config.get("limits", {}))
+    _SUBMISSION = os.path.realpath(os.getcwd())
+    sys.path.insert(0, _SUBMISSION)
+    return isolation
+
+
+if __name__ == "__main__":  # confined before torch is imported: unsharing needs a single thread
+    _CONFIG = json.loads(sys.argv[1])
+    _ISOLATION = _enter(_CONFIG)
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
@@ -46,7 +261,6 @@ _save = torch.save
 _load = torch.load
 _Tensor = torch.Tensor
 _Parameter = nn.Parameter
-_SUBMISSION = os.path.realpath(os.getcwd())
 
 
 class _LazyDynamo(type(sys)):
@@ -82,8 +296,6 @@ def _warm_up():
 
 
 _warming = threading.Thread(target=_warm_up, daemon=True)
-_warming.start()
-sys.path.insert(0, _SUBMISSION)
 
 
 def _recv():
@@ -254,7 +466,8 @@ def _op_count_ops(req):
 
 def _op_time(req):
     """Run a block of forward passes; the grader times the request with its own clock."""
-    _warming.join()  # nothing else runs in this process while it is timed
+    if _warming.is_alive():
+        _warming.join()  # nothing else runs in this process while it is timed
     model = _objects[req["handle"]]
     args, kwargs = _forward_input(req)
     model.eval()
@@ -310,8 +523,22 @@ def _error(exc):
     }
 
 
-def main():
-    _send({"ok": True, "ready": True, "pid": os.getpid()})
+def forked(request, fds):
+    """The zygote's handler (autograder/forkserver.py): become one student process."""
+    os.dup2(fds[0], 0)
+    os.dup2(fds[1], 1)
+    for fd in fds:
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    main(_enter(request), warm=False)
+
+
+def main(isolation, warm=True):
+    if warm:
+        _warming.start()
+    _send({"ok": True, "ready": True, "pid": os.getpid(), "isolation": isolation})
     while True:
         req = _recv()
         try:
@@ -326,4 +553,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(_ISOLATION)

@@ -15,11 +15,12 @@ import os
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from autograder import MODULES
-from autograder.engine import SubmissionError, grade
+from autograder.engine import SubmissionError, WarmServers, grade
 from autograder.feedback import to_html, to_markdown
 from autograder.results import GradeReport
 
@@ -35,6 +36,7 @@ class Row:
     status: str  # graded | timeout | error
     seconds: float
     error: str = ""
+    isolation: str = ""  # not in the gradebook: for the one-line note of grade-all
 
     def as_csv(self):
         return {"id": self.id, "total": f"{self.total:g}", **{m: f"{self.modules.get(m, 0):g}" for m in MODULES},
@@ -75,11 +77,14 @@ def write_gradebook(out: Path, rows: dict[str, Row]):
     _write_atomic(Path(out) / GRADEBOOK, buf.getvalue())
 
 
-def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: float = 10.0) -> Row:
-    """Grade one submission and write its files; never raises for a bad submission."""
+def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: float = 10.0, **options) -> Row:
+    """Grade one submission and write its files; never raises for a bad submission.
+
+    `options` go to autograder.engine.grade (limits, isolate, servers).
+    """
     start = time.monotonic()
     try:
-        report = grade(path, timeout=timeout, call_timeout=call_timeout)
+        report = grade(path, timeout=timeout, call_timeout=call_timeout, **options)
     except SubmissionError as exc:
         report = GradeReport(submission=sub_id, status="error", error=str(exc))
     except Exception as exc:  # the batch goes on whatever happens to one submission
@@ -92,16 +97,21 @@ def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: 
     _write_atomic(folder / "feedback.html", to_html(report))
     modules = {m: earned for m, (earned, _) in report.modules().items()}
     error = report.error.splitlines()[0] if report.error else ""
-    return Row(sub_id, report.score, modules, report.status, time.monotonic() - start, error)
+    row = Row(sub_id, report.score, modules, report.status, time.monotonic() - start, error)
+    row.isolation = report.isolation
+    return row
 
 
 def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool = False, timeout: float = 300.0,
-              call_timeout: float = 10.0, progress=None) -> dict[str, Row]:
+              call_timeout: float = 10.0, progress=None, warm: bool = True, **options) -> dict[str, Row]:
     """Grade every submission of `folder` into `out`; return id -> Row for all of them.
 
     Submissions already in OUT/gradebook.csv with status "graded" are skipped
     unless `force`; those that timed out or could not be graded are tried
-    again. `progress(row)` is called after each graded submission.
+    again. `progress(row)` is called after each graded submission. With
+    `warm` (the default), two fork servers import torch once for the whole
+    run (autograder.engine.WarmServers); where they cannot start, each
+    grading starts cold. `options` go to autograder.engine.grade.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -109,14 +119,20 @@ def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool =
     todo = [(i, p) for i, p in discover(folder) if force or rows.get(i) is None or rows[i].status != "graded"
             or not (out / i / "results.json").is_file()]
     jobs = jobs or os.cpu_count() or 1
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(grade_one, i, p, out, timeout, call_timeout) for i, p in todo]
-        for future in as_completed(futures):
-            row = future.result()
-            rows[row.id] = row
-            write_gradebook(out, rows)
-            if progress:
-                progress(row)
+    with ExitStack() as stack:
+        if warm and todo:
+            try:
+                options["servers"] = stack.enter_context(WarmServers())
+            except (OSError, RuntimeError):
+                pass  # cold gradings: slower, same results
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(grade_one, i, p, out, timeout, call_timeout, **options) for i, p in todo]
+            for future in as_completed(futures):
+                row = future.result()
+                rows[row.id] = row
+                write_gradebook(out, rows)
+                if progress:
+                    progress(row)
     if not todo:
         write_gradebook(out, rows)
     return rows

@@ -18,6 +18,7 @@ import tempfile
 import time
 import zipfile
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 
 from autograder import MODULES
@@ -109,27 +110,90 @@ def prepared(path):
             yield Path(tmp)
 
 
-def grade(path, *, timeout=600.0, call_timeout=10.0, select=None) -> GradeReport:
+class WarmServers:
+    """The two fork servers of a batch run (autograder.forkserver): torch is imported once, not per grading.
+
+    `grader` forks a warm trusted process per submission to run the hidden
+    graders; `zygote` forks each student process from a warm process that
+    holds torch and nothing of the kit. Use as a context manager and pass it
+    to `grade(..., servers=...)`.
+    """
+
+    def __init__(self):
+        from autograder.forkserver import Server
+        from autograder.sandbox import _child_env
+
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+        self.grader = Server("grader", env=env)
+        try:
+            home = tempfile.mkdtemp(prefix="mha-zygote-home-")
+            self.zygote = Server("student", env=_child_env(home), isolated=True)
+        except BaseException:
+            self.grader.close()
+            raise
+
+    def close(self):
+        self.grader.close()
+        self.zygote.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _run_graders(args, cwd, timeout, servers):
+    """Run pytest with `args` in `cwd`: a fresh process, or a fork of the warm grader server."""
+    if servers is None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+        proc = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+        return proc.stdout[-4000:] + proc.stderr[-4000:]
+    from autograder.forkserver import Worker
+
+    log = Path(cwd) / "graders.log"
+    worker = Worker(servers.grader.address, {"args": args, "cwd": str(cwd), "log": str(log)})
+    try:
+        worker.wait(timeout)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        raise
+    finally:
+        worker.close()
+    return log.read_text(errors="replace")[-8000:] if log.exists() else ""
+
+
+def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, isolate=True,
+          servers=None) -> GradeReport:
     """Grade the submission at `path` (a folder, a zip or a notebook).
 
     Raises SubmissionError only when the submission cannot be read at all.
 
-    `select` is an optional pytest -k expression to run a subset of the graders.
+    `select` is an optional pytest -k expression to run a subset of the
+    graders. `limits` (autograder.sandbox.Limits) bounds each student process;
+    `isolate=False` skips the Linux namespaces. `servers` (WarmServers) makes
+    a batch fast.
     """
+    from autograder.sandbox import Limits
+
     start, wall_start = time.monotonic(), time.time()
     report = GradeReport(submission=str(path))
+    limits = limits or Limits()
     with prepared(path) as folder, tempfile.TemporaryDirectory(prefix="mha-grade-") as tmp:
         results_file = Path(tmp) / "results.json"
-        cmd = [sys.executable, "-m", "pytest", str(GRADERS), "-c", str(GRADERS / "pytest.ini"),
-               "--rootdir", str(GRADERS), "-p", "autograder.plugin", "-q", "--no-header",
-               "--submission", str(folder.resolve()), "--results-file", str(results_file),
-               "--call-timeout", str(call_timeout)]
+        args = [str(GRADERS), "-c", str(GRADERS / "pytest.ini"), "--rootdir", str(GRADERS),
+                "-p", "autograder.plugin", "-q", "--no-header", "--submission", str(folder.resolve()),
+                "--results-file", str(results_file), "--call-timeout", str(call_timeout),
+                "--limits", json.dumps(asdict(limits))]
+        if not isolate:
+            args.append("--no-isolation")
+        if servers is not None:
+            args += ["--zygote", servers.zygote.address]
         if select:
-            cmd += ["-k", select]
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+            args += ["-k", select]
         try:
-            proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
-            log = proc.stdout[-4000:] + proc.stderr[-4000:]
+            log = _run_graders(args, tmp, timeout, servers)
         except subprocess.TimeoutExpired:
             report.status, report.error = "timeout", f"grading did not finish within {timeout:g} s"
             log = ""
@@ -137,6 +201,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None) -> GradeReport
             data = json.loads(results_file.read_text())
             report.tests = [TestResult(**t) for t in data["tests"]]
             report.student_output = data.get("student_output", "")
+            report.isolation = data.get("isolation") or ""
             report.timings = _timings(wall_start, data.get("times", {}), report.tests)
         elif report.status == "graded":
             report.status, report.error = "error", f"the graders did not run:\n{log}"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.sandbox import Sandbox, StudentError
+from autograder.sandbox import Limits, Sandbox, StudentError
 
 _SANDBOX = pytest.StashKey[Sandbox]()
 _RESULTS = pytest.StashKey[list]()
@@ -28,6 +28,9 @@ def pytest_addoption(parser):
     group.addoption("--submission", help="folder of the submission's .py modules")
     group.addoption("--results-file", help="where to write the results as JSON")
     group.addoption("--call-timeout", type=float, default=10.0, help="seconds allowed for one call into student code")
+    group.addoption("--limits", default="{}", help="limits of the student process, as JSON (autograder.sandbox.Limits)")
+    group.addoption("--no-isolation", action="store_true", help="run the student process without Linux namespaces")
+    group.addoption("--zygote", help="address of a warm student zygote (autograder.forkserver)")
 
 
 _TIMES = pytest.StashKey[dict]()
@@ -39,7 +42,9 @@ def pytest_configure(config):
     config.stash[_TIMES] = {"configured": time.time()}
     submission = config.getoption("submission")
     if submission:
-        sandbox = Sandbox(submission, call_timeout=config.getoption("call_timeout"))
+        sandbox = Sandbox(submission, call_timeout=config.getoption("call_timeout"),
+                          limits=Limits(**json.loads(config.getoption("limits"))),
+                          isolate=not config.getoption("no_isolation"), zygote=config.getoption("zygote"))
         sandbox.start()
         config.stash[_SANDBOX] = sandbox
 
@@ -125,7 +130,7 @@ def pytest_sessionfinish(session, exitstatus):
     times = config.stash[_TIMES]
     extra = {"times": times}
     if sandbox is not None:
-        extra.update(student_output=sandbox.output_tail(), restarts=sandbox.restarts)
+        extra.update(student_output=sandbox.output_tail(), restarts=sandbox.restarts, isolation=sandbox.isolation)
         times.update(child_started=sandbox.started_at, child_ready=sandbox.ready_at)
         sandbox.close()
     times["finished"] = time.time()

@@ -43,6 +43,7 @@ class GradeReport:
     execution_time: float = 0.0
     student_output: str = ""
     timings: dict = field(default_factory=dict)
+    isolation: str = ""  # how the student process was confined: "namespaces", "off", "unavailable (why)"
 
     @property
     def earned(self):
@@ -84,6 +85,7 @@ class GradeReport:
             "modules": {m: {"score": e, "max_score": a} for m, (e, a) in self.modules().items()},
             "tests": [{**asdict(t), "score": t.score, "max_score": t.max_score, "tags": t.tags} for t in self.tests],
             "timings": self.timings,
+            "isolation": self.isolation,
         }
 
     def to_gradescope(self):
@@ -136,7 +138,17 @@ class GradeReport:
             lines += ["", f"Not graded on this machine ({len(skipped)} checks, {pts:g} points): "
                       + "; ".join(sorted({t.message for t in skipped}))]
         lines += ["", self.summary_line()]
+        if self.isolation_note():
+            lines += [self.isolation_note()]
         return "\n".join(lines)
+
+    def isolation_note(self):
+        """A line for the instructor when student code ran without namespaces, else ""."""
+        if not self.isolation or self.isolation == "namespaces":
+            return ""
+        why = "turned off" if self.isolation == "off" else self.isolation
+        return (f"Note: student code ran without Linux-namespace isolation ({why}); resource limits applied, "
+                "and results are written by the grader only.")
 
     def render(self, fmt):
         if fmt == "text":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
 import os
 import select
 import shutil
@@ -21,14 +22,36 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from autograder import MODULES
+from autograder.forkserver import Worker
 
 CHILD = Path(__file__).with_name("_child.py")
+ROOT = Path(__file__).resolve().parent.parent
 MAX_STRIKES = 2  # crashes or timeouts of one module before its checks stop running
-MEMORY_LIMIT = 4 << 30  # address space of the student process, in bytes: a memory bomb fails, not the machine
 LOG_TAIL = 1500
+#: What the student process never sees, even where it cannot be hidden by namespaces it is never copied.
+INSTRUCTOR_ONLY = ("autograder", "solutions", "assignments", "tests", "examples", "benchmarks", ".git")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of each student process (None: no limit). Hitting one ends only student code."""
+
+    cpu_seconds: float | None = 60  # CPU time of the whole process (all checks of one grading)
+    memory_bytes: int | None = 4 << 30  # address space: a memory bomb fails, not the machine
+    processes: int | None = 64  # processes and threads: a fork bomb stops here
+    output_bytes: int | None = 1 << 20  # what student code may print or write to files
+
+    def describe(self, which):
+        value = getattr(self, which)
+        if which in ("memory_bytes", "output_bytes"):
+            return f"{value / (1 << 30):g} GiB" if value >= 1 << 30 else f"{value / (1 << 20):g} MiB"
+        return f"{value:g} s" if which == "cpu_seconds" else str(value)
+
+
 
 
 class StudentError(Exception):
@@ -60,16 +83,38 @@ def _child_env(home):
     return env
 
 
+class _Forked(Worker):
+    """A student process forked by the warm zygote, with the protocol pipes of a Popen."""
+
+    def __init__(self, address, config):
+        to_child, self_in = os.pipe()
+        self_out, from_child = os.pipe()
+        try:
+            super().__init__(address, config, fds=(to_child, from_child))
+        except BaseException:
+            os.close(self_in)
+            os.close(self_out)
+            raise
+        finally:
+            os.close(to_child)
+            os.close(from_child)
+        self.stdin = os.fdopen(self_in, "wb")
+        self.stdout = os.fdopen(self_out, "rb")
+
+
 class Sandbox:
     """One student process serving the requests of a whole grading run."""
 
     def __init__(self, submission, *, call_timeout=10.0, start_timeout=60.0, python=sys.executable,
-                 memory_limit=MEMORY_LIMIT):
+                 limits=Limits(), isolate=True, zygote=None):
         self.submission = Path(submission)
         self.call_timeout = call_timeout
         self.start_timeout = start_timeout
         self.python = python
-        self.memory_limit = memory_limit
+        self.limits = limits
+        self.isolate = isolate
+        self.zygote = zygote  # address of a warm student zygote (autograder.forkserver), or None
+        self.isolation = None  # how the last student process was confined, as it reported
         self.available = {m for m in MODULES if (self.submission / f"{m}.py").is_file()}
         self._tmp = Path(tempfile.mkdtemp(prefix="mha-sandbox-"))
         self._work = self._tmp / "work"
@@ -100,18 +145,23 @@ class Sandbox:
         self._generation += 1
         self._ready = False
         self.started_at = time.time()
-        self._proc = subprocess.Popen(
-            [self.python, "-I", str(CHILD), str(self._log)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            cwd=self._work, env=_child_env(self._home), start_new_session=True, preexec_fn=self._limits,
-        )
-
-    def _limits(self):
-        """Runs in the child before Python starts: cap its memory."""
-        if self.memory_limit:
-            import resource
-
-            resource.setrlimit(resource.RLIMIT_AS, (self.memory_limit, self.memory_limit))
+        root = self._tmp / f"root-{self._generation}"
+        root.mkdir()
+        config = {"log": str(self._log), "cwd": str(self._work), "root": str(root), "isolate": self.isolate,
+                  "limits": asdict(self.limits), "env": _child_env(self._home),
+                  "forbidden": [str(ROOT / name) for name in INSTRUCTOR_ONLY] + [str(self.submission.resolve())]}
+        self._proc = None
+        if self.zygote:
+            try:
+                self._proc = _Forked(self.zygote, config)
+            except OSError:
+                self.zygote = None  # the zygote is gone: start cold processes from now on
+        if self._proc is None:
+            self._proc = subprocess.Popen(
+                [self.python, "-I", str(CHILD), json.dumps(config)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                cwd=self._work, env=config["env"], start_new_session=True,
+            )
 
     def _kill(self):
         if self._proc is None:
@@ -129,6 +179,8 @@ class Sandbox:
                 stream.close()
             except OSError:
                 pass
+        if isinstance(self._proc, _Forked):
+            self._proc.close()
         self._proc = None
 
     def close(self):
@@ -194,6 +246,7 @@ class Sandbox:
             answer = self._read(time.monotonic() + self.start_timeout)
             if not answer.get("ready"):
                 raise EOFError
+            self.isolation = answer.get("isolation")
             self._ready = True
             self.ready_at = time.time()
 
@@ -232,6 +285,9 @@ class Sandbox:
             self._strike(module, f"exit code {code}")
             tail = self.output_tail(300).strip()
             hint = f" Its last output: {tail!r}" if tail else ""
+            if code is not None and code < 0:
+                raise StudentError(f"the process running your code {self._killed(-code)} during {context}.{hint}",
+                                   "crashed") from None
             raise StudentError(f"the process running your code exited (exit code {code}) during {context}: "
                                f"sys.exit, os._exit or a crash in {module}.py?{hint}", "crashed") from None
         except Exception as exc:  # an answer that is not plain tensors and containers
@@ -240,13 +296,35 @@ class Sandbox:
                                f"({type(exc).__name__})", "bad-return") from None
         if not answer.get("ok"):
             err = answer["error"]
-            detail = f": {err['message']}" if err["message"] else ""
+            detail = (f": {err['message']}" if err["message"] else "") + self._limit_hint(err)
             if err.get("during_import"):
                 raise StudentError(f"importing {err['during_import']}.py raised {err['type']}{detail}",
                                    "import", err["type"], err["mro"], err.get("traceback", ""))
             raise StudentError(f"{context} raised {err['type']}{detail}", "raised", err["type"],
                                err["mro"], err.get("traceback", ""))
         return answer
+
+    def _killed(self, sig):
+        """How a student process that died of signal `sig` reads in a message."""
+        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and self.limits.cpu_seconds):
+            cpu = f"used up its CPU time ({self.limits.describe('cpu_seconds')}, the limit for one grading)"
+            return cpu if sig == signal.SIGXCPU else f"was killed (SIGKILL: {cpu}, or it ran out of memory)"
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return f"was killed by {name}" + (" (a crash in native code)" if sig == signal.SIGSEGV else "")
+
+    def _limit_hint(self, err):
+        """Point at the limit behind an exception that comes from one."""
+        text = f"{err['type']} {err['message']}"
+        if self.limits.memory_bytes and ("MemoryError" in err["mro"] or "allocate memory" in text):
+            return f" (exceeded the memory limit: a student process may use {self.limits.describe('memory_bytes')})"
+        if self.limits.output_bytes and "File too large" in text:
+            return f" (exceeded the output limit: student code may print or write {self.limits.describe('output_bytes')})"
+        if self.limits.processes and "Resource temporarily unavailable" in text and "fork" in text.lower():
+            return f" (exceeded the process limit: {self.limits.processes} processes and threads)"
+        return ""
 
     def _strike(self, module, message):
         self.strikes.setdefault(module, []).append(message)

@@ -1,0 +1,230 @@
+"""Warm processes that fork a fresh worker per request (stdlib only).
+
+Importing torch costs about 2 s of CPU, and grading a class used to pay it
+twice per submission: once in the trusted grader, once in the student
+process. `grade-all` instead starts two warm servers once per run:
+
+* the student zygote (`python -I forkserver.py student ADDR`) has imported
+  torch and nothing else (no kit code, no reference, no grader); each student
+  process is a fork of it that confines itself (autograder/_child.py) before
+  it imports student code;
+* the grader server (`python forkserver.py grader ADDR`) has imported pytest,
+  torch, the plugin, the checks and the reference; each grading is a fork of
+  it that runs the hidden graders on one submission.
+
+A request is one message on a Unix SOCK_SEQPACKET connection: JSON, plus
+file descriptors passed with SCM_RIGHTS. The server forks; the fork calls
+`setsid()` and the handler, and exits with its return value. The server
+answers {"pid": ...} at once and {"exit": code} (negative: killed by that
+signal) when the fork ends. A client that closes its connection early has
+its worker's process group killed. A server whose stdin closes kills its
+workers and exits, so an owner that dies takes its servers with it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MAX_MESSAGE = 1 << 16
+
+
+def _kill_group(pid):
+    for target in (-pid, pid):
+        try:
+            os.kill(target, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def serve(address, handler):
+    """Run the server loop until stdin closes. `handler(request, fds)` runs in each fork."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(address)
+    listener.listen(64)
+    os.write(1, b"ready\n")
+    by_conn, by_pid = {}, {}
+    while True:
+        ready, _, _ = select.select([0, listener, *by_conn], [], [], 0.05)
+        if 0 in ready and not os.read(0, 4096):
+            for pid in by_pid:
+                _kill_group(pid)
+            os._exit(0)
+        if listener in ready:
+            conn, _ = listener.accept()
+            try:
+                message, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 16)
+                request = json.loads(message)
+            except (OSError, ValueError):
+                conn.close()
+                continue
+            pid = os.fork()
+            if pid == 0:
+                code = 70
+                try:
+                    os.setsid()
+                    listener.close()
+                    for other in (conn, *by_conn):
+                        other.close()
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    code = handler(request, fds) or 0
+                except SystemExit as exc:
+                    code = exc.code if isinstance(exc.code, int) else 1
+                except BaseException:
+                    import traceback
+
+                    traceback.print_exc()
+                finally:
+                    os._exit(code)
+            for fd in fds:
+                os.close(fd)
+            by_conn[conn], by_pid[pid] = pid, conn
+            conn.send(json.dumps({"pid": pid}).encode())
+        for conn in [c for c in ready if c in by_conn]:
+            try:
+                gone = not conn.recv(16)
+            except OSError:
+                gone = True
+            if gone:  # the client gave up on this worker
+                _kill_group(by_conn[conn])
+        while by_pid:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            conn = by_pid.pop(pid, None)
+            if conn is not None:
+                del by_conn[conn]
+                try:
+                    conn.send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
+                except OSError:
+                    pass
+                conn.close()
+
+
+class Worker:
+    """A forked worker, seen from the client: enough of subprocess.Popen for the sandbox."""
+
+    def __init__(self, address, request, fds=(), timeout=30.0):
+        self.args = request
+        self.returncode = None
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock.settimeout(timeout)
+        self._sock.connect(address)
+        socket.send_fds(self._sock, [json.dumps(request).encode()], list(fds))
+        self.pid = json.loads(self._sock.recv(MAX_MESSAGE))["pid"]
+
+    def poll(self):
+        return self.wait(0) if self.returncode is None else self.returncode
+
+    def wait(self, timeout=None):
+        if self.returncode is not None:
+            return self.returncode
+        ready, _, _ = select.select([self._sock], [], [], timeout)
+        if not ready:
+            if timeout == 0:
+                return None
+            raise subprocess.TimeoutExpired("worker", timeout)
+        try:
+            message = self._sock.recv(MAX_MESSAGE)
+            self.returncode = json.loads(message)["exit"] if message else -signal.SIGKILL
+        except (OSError, ValueError, KeyError):
+            self.returncode = -signal.SIGKILL
+        self._sock.close()
+        return self.returncode
+
+    def kill(self):
+        _kill_group(self.pid)
+
+    def close(self):
+        """Forget the worker; the server kills it if it is still running."""
+        self._sock.close()
+
+
+class Server:
+    """A running fork server, owned by this process (a context manager)."""
+
+    def __init__(self, kind, *, python=sys.executable, env=None, isolated=False, start_timeout=120.0):
+        self._dir = tempfile.mkdtemp(prefix=f"mha-{kind}-server-")
+        os.chmod(self._dir, 0o700)
+        self.address = os.path.join(self._dir, "socket")
+        flags = ["-I"] if isolated else []
+        self._proc = subprocess.Popen([python, *flags, str(Path(__file__).resolve()), kind, self.address],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                      start_new_session=True)
+        deadline = time.monotonic() + start_timeout
+        ready, _, _ = select.select([self._proc.stdout], [], [], start_timeout)
+        if not ready or self._proc.stdout.readline() != b"ready\n" or time.monotonic() > deadline:
+            self.close()
+            raise RuntimeError(f"the {kind} fork server did not start")
+
+    def close(self):
+        if self._proc is not None:
+            try:
+                self._proc.stdin.close()
+                self._proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self._proc.kill()
+                self._proc.wait()
+            self._proc.stdout.close()
+            self._proc = None
+        try:
+            os.unlink(self.address)
+            os.rmdir(self._dir)
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _student_handler():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_child", Path(__file__).with_name("_child.py"))
+    child = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(child)
+    child._warm_up()  # in this process, once: every fork starts warm
+    return child.forked
+
+
+def _grader_handler():
+    import pytest
+    import torch  # noqa: F401  (imported once here, not once per grading)
+
+    import autograder.plugin  # noqa: F401
+    import autograder.checks  # noqa: F401
+    import autograder.diagnose  # noqa: F401
+    import autograder.graders.common  # noqa: F401
+    import autograder.timing  # noqa: F401
+    import solutions  # noqa: F401
+
+    def run(request, fds):
+        os.chdir(request["cwd"])
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        return pytest.main(request["args"])
+
+    return run
+
+
+if __name__ == "__main__":
+    kind, address = sys.argv[1], sys.argv[2]
+    if kind == "grader":  # the kit's root, not this file's folder, is where imports start
+        sys.path[0] = str(Path(__file__).resolve().parent.parent)
+    handler = {"student": _student_handler, "grader": _grader_handler}[kind]()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when to stop
+    serve(address, handler)
