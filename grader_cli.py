@@ -20,6 +20,50 @@ FORMAT_HELP = ("text: a readable report; json: all data for other tools; gradesc
                "base64 result that GitHub Classroom's grading reporter reads.")
 
 
+class Size(click.ParamType):
+    """A size such as 4GiB, 512MiB, 1MiB or a number of bytes."""
+
+    name = "size"
+    UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30}
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().lower().replace(" ", "")
+        number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+        try:
+            return int(float(number) * self.UNITS[text[len(number):]])
+        except (ValueError, KeyError):
+            self.fail(f"{value!r} is not a size such as 4GiB, 512MiB or 1048576", param, ctx)
+
+
+def sandbox_options(command):
+    """The limits of the student process and its isolation, shared by `grade` and `grade-all`."""
+    options = [
+        click.option("--memory-limit", type=Size(), default="4GiB", show_default=True,
+                     help="Address space of the student process; a memory bomb fails there."),
+        click.option("--cpu-limit", type=click.FloatRange(1), default=60, show_default=True,
+                     help="CPU seconds of the student process over a whole grading."),
+        click.option("--max-processes", type=click.IntRange(1), default=64, show_default=True,
+                     help="Processes and threads the student code may have; a fork bomb stops there."),
+        click.option("--max-output", type=Size(), default="1MiB", show_default=True,
+                     help="What the student code may print or write to files."),
+        click.option("--no-isolation", is_flag=True,
+                     help="Skip the Linux namespaces (no network, private filesystem view, own PID space) that "
+                          "student code otherwise runs in where the OS allows it; limits still apply."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _sandbox(memory_limit, cpu_limit, max_processes, max_output, no_isolation):
+    from autograder.sandbox import Limits
+
+    return {"limits": Limits(cpu_seconds=cpu_limit, memory_bytes=memory_limit, processes=max_processes,
+                             output_bytes=max_output), "isolate": not no_isolation}
+
+
 def _write(report, text, output):
     """The report to OUTPUT (its folder made) or to stdout."""
     if output:
@@ -60,7 +104,8 @@ def cli():
               help="Exit with status 1 when the score (out of 100) is below this.")
 @click.option("--timeout", type=float, default=10.0, show_default=True,
               help="Seconds allowed for one call into the student's code.")
-def grade(path, fmt, output, min_score, timeout):
+@sandbox_options
+def grade(path, fmt, output, min_score, timeout, **sandbox):
     """Grade one submission: a folder of the five .py modules, or a zip of one.
 
     Student code runs in a separate process and never in the grader's; a
@@ -76,11 +121,13 @@ def grade(path, fmt, output, min_score, timeout):
     from autograder.engine import grade as grade_submission
 
     try:
-        report = grade_submission(path, call_timeout=timeout)
+        report = grade_submission(path, call_timeout=timeout, **_sandbox(**sandbox))
     except SubmissionError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_CANNOT_RUN)
     _write(report, report.render(fmt), output)
+    if fmt != "text" and report.isolation_note():
+        click.echo(report.isolation_note(), err=True)
     if report.status != "graded":
         click.echo(f"warning: {report.status}: {report.error.splitlines()[0] if report.error else ''}", err=True)
     if min_score is not None and report.score < min_score:
@@ -146,7 +193,8 @@ def check(path):
 @click.option("--jobs", "-j", type=click.IntRange(1), default=None, help="Parallel gradings [default: core count].")
 @click.option("--force", is_flag=True, help="Grade again what OUT/gradebook.csv already holds.")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds allowed per submission.")
-def grade_all(folder, output, jobs, force, timeout):
+@sandbox_options
+def grade_all(folder, output, jobs, force, timeout, **sandbox):
     """Grade every submission in FOLDER (a class).
 
     Each entry of FOLDER is one submission: a folder of .py modules, a folder
@@ -157,6 +205,7 @@ def grade_all(folder, output, jobs, force, timeout):
     --force.
     """
     from autograder import batch
+    from autograder.results import GradeReport
 
     entries = batch.discover(folder)
     done = batch.read_gradebook(output) if not force else {}
@@ -166,7 +215,11 @@ def grade_all(folder, output, jobs, force, timeout):
     with click.progressbar(length=todo, label="grading", show_pos=True, show_eta=True, file=sys.stderr,
                            item_show_func=lambda row: row.id if row else "") as bar:
         rows = batch.grade_all(folder, output, jobs=jobs, force=force, timeout=timeout,
-                               progress=lambda row: bar.update(1, row))
+                               progress=lambda row: bar.update(1, row), **_sandbox(**sandbox))
+    notes = {GradeReport(submission="", isolation=r.isolation).isolation_note() for r in rows.values()
+             if getattr(r, "isolation", "")} - {""}
+    for note in sorted(notes)[:1]:  # once per run, not once per student
+        click.echo(note, err=True)
     elapsed = time.monotonic() - start
     for status in ("graded", "timeout", "error"):
         ids = [r.id for r in rows.values() if r.status == status]

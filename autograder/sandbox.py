@@ -48,7 +48,10 @@ class Limits:
     def describe(self, which):
         value = getattr(self, which)
         if which in ("memory_bytes", "output_bytes"):
-            return f"{value / (1 << 30):g} GiB" if value >= 1 << 30 else f"{value / (1 << 20):g} MiB"
+            for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+                if value >= size:
+                    return f"{value / size:g} {unit}"
+            return f"{value} bytes"
         return f"{value:g} s" if which == "cpu_seconds" else str(value)
 
 
@@ -81,6 +84,30 @@ def _child_env(home):
     env.update(HOME=str(home), TMPDIR=str(home), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")
     return env
+
+
+_PROBED = {}
+
+
+def isolation_available(python=sys.executable):
+    """How a student process would be confined here: (True, "namespaces") or (False, why not).
+
+    Starts one confined process that exits before it imports torch (about 0.1 s); cached.
+    """
+    if python not in _PROBED:
+        with tempfile.TemporaryDirectory(prefix="mha-probe-") as tmp:
+            (Path(tmp) / "work").mkdir()
+            (Path(tmp) / "root").mkdir()
+            config = {"probe": True, "isolate": True, "log": os.devnull, "cwd": f"{tmp}/work", "root": f"{tmp}/root",
+                      "limits": {}, "forbidden": [str(ROOT / name) for name in INSTRUCTOR_ONLY]}
+            try:
+                proc = subprocess.run([python, "-I", str(CHILD), json.dumps(config)], capture_output=True,
+                                      timeout=60, cwd=f"{tmp}/work", env=_child_env(tmp))
+                how = proc.stdout.decode(errors="replace").strip() or f"unavailable (exit code {proc.returncode})"
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                how = f"unavailable ({exc})"
+        _PROBED[python] = (how == "namespaces", how)
+    return _PROBED[python]
 
 
 class _Forked(Worker):

@@ -1,0 +1,193 @@
+"""Limits and isolation of the student process, and the warm fork servers of grade-all.
+
+Real processes throughout: a real confined child (namespaces where this
+machine allows them), real rlimits, a real zygote and grader fork server.
+The adversarial corpus (tests/test_attacks.py) grades whole hostile
+submissions; here each limit and each wall of the sandbox has its own test.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from autograder.engine import WarmServers, grade
+from autograder.forkserver import Server, Worker
+from autograder.sandbox import Limits, Sandbox, StudentError, isolation_available
+from tests.conftest import SOLUTIONS
+
+ISOLATED, HOW = isolation_available()
+needs_namespaces = pytest.mark.skipif(not ISOLATED, reason=f"Linux namespaces are not available here: {HOW}")
+
+PROBE = '''import json, os, socket, torch
+def causal_mask(seq_len, device=None):
+    seen = {"root": sorted(os.listdir("/")), "cwd": os.getcwd(), "uid": os.getuid(), "pid": os.getpid(),
+            "procs": sorted(p for p in os.listdir("/proc") if p.isdigit()) if os.path.isdir("/proc") else [],
+            "env": dict(os.environ)}
+    for path in ("/work", "/root", "/home", "/tmp", "/submission"):
+        seen[path] = sorted(os.listdir(path)) if os.path.isdir(path) else None
+    try:
+        socket.create_connection(("127.0.0.1", {port}), timeout=2).close()
+        seen["network"] = "connected"
+    except OSError as exc:
+        seen["network"] = type(exc).__name__
+    try:
+        os.makedirs("/usr/local/mha-probe")
+        seen["write_usr"] = "written"
+    except OSError as exc:
+        seen["write_usr"] = type(exc).__name__
+    print("PROBE" + json.dumps(seen))
+    return torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
+'''
+
+
+def _probe(tmp_path, port=9, **sandbox):
+    (tmp_path / "masks.py").write_text(PROBE.replace("{port}", str(port)))
+    with Sandbox(tmp_path, call_timeout=20.0, **sandbox) as sb:
+        sb.call("masks", "causal_mask", 2)
+        line = [ln for ln in sb.output_tail(20000).splitlines() if ln.startswith("PROBE")][-1]
+        return json.loads(line[5:]), sb.isolation
+
+
+@needs_namespaces
+def test_the_student_process_sees_only_system_folders_its_copy_and_an_empty_tmp(tmp_path):
+    (tmp_path / "marker-of-this-submission.txt").write_text("x")
+    seen, how = _probe(tmp_path)
+    assert how == "namespaces"
+    assert seen["cwd"] == "/submission" and "masks.py" in seen["/submission"]
+    assert seen["/tmp"] == [], f"expected an empty private /tmp, saw {seen['/tmp']}"
+    visible = json.dumps({k: v for k, v in seen.items() if k != "env"})
+    for name in ("autograder", "solutions", "assignments", "grader_cli.py"):
+        assert name not in visible, f"the student process can see {name!r}: {visible}"
+    assert "marker-of-this-submission.txt" not in json.dumps(seen), "only the .py files are copied"
+
+
+@needs_namespaces
+def test_the_student_process_has_no_network(tmp_path):
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    try:
+        seen, _ = _probe(tmp_path, port=server.getsockname()[1])
+    finally:
+        server.close()
+    assert seen["network"] != "connected", "a connection to the grader's machine succeeded"
+
+
+@needs_namespaces
+def test_the_student_process_sees_no_other_process_and_cannot_write_system_folders(tmp_path):
+    seen, _ = _probe(tmp_path)
+    assert seen["pid"] == 1 and seen["procs"] == ["1"], f"expected to see only itself, saw processes {seen['procs']}"
+    assert seen["uid"] != 0, "student code runs without root's powers"
+    assert seen["write_usr"] != "written"
+
+
+def test_the_environment_holds_no_secret(tmp_path, monkeypatch):
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_secret_canary_123")
+    monkeypatch.setenv("MHA_SECRET", "canary-456")
+    seen, _ = _probe(tmp_path, isolate=False)
+    assert "canary" not in json.dumps(seen["env"]), seen["env"]
+
+
+def test_without_isolation_the_sandbox_says_so(tmp_path):
+    seen, how = _probe(tmp_path, isolate=False)
+    assert how == "off"
+    report = grade(SOLUTIONS, isolate=False, select="causal")
+    assert report.isolation == "off"
+    assert "without Linux-namespace isolation (turned off)" in report.to_text()
+
+
+def _limited(tmp_path, code, **limits):
+    (tmp_path / "masks.py").write_text("import os, torch\ndef causal_mask(seq_len, device=None):\n" + code)
+    sb = Sandbox(tmp_path, call_timeout=30.0, limits=Limits(**limits))
+    start = time.monotonic()
+    with sb, pytest.raises(StudentError) as err:
+        sb.call("masks", "causal_mask", 3)
+    return str(err.value), time.monotonic() - start
+
+
+def test_too_much_output_fails_the_call_with_the_output_limit_in_the_message(tmp_path):
+    message, _ = _limited(tmp_path, "    while True:\n        print('x' * 1000)\n", output_bytes=64 << 10)
+    assert "exceeded the output limit" in message and "64 KiB" in message, message
+
+
+def test_cpu_time_limit_ends_a_busy_process(tmp_path):
+    message, seconds = _limited(tmp_path, "    while True:\n        pass\n", cpu_seconds=2)
+    assert "used up its CPU time (2 s" in message, message
+    assert seconds < 20
+
+
+def test_memory_limit_names_itself(tmp_path):
+    message, _ = _limited(tmp_path, "    return torch.empty(1 << 34)\n", memory_bytes=2 << 30)
+    assert "exceeded the memory limit" in message and "2 GiB" in message, message
+
+
+def test_process_limit_stops_a_fork_bomb(tmp_path):
+    code = ("    n = 0\n    try:\n        for _ in range(500):\n"
+            "            if os.fork() == 0:\n                import time; time.sleep(30); os._exit(0)\n"
+            "            n += 1\n    finally:\n        print('forked', n)\n")
+    message, seconds = _limited(tmp_path, code, processes=24)
+    assert "exceeded the process limit" in message or "BlockingIOError" in message, message
+    assert seconds < 20
+
+
+def test_limits_are_configurable_from_the_command_line():
+    from click.testing import CliRunner
+
+    import grader_cli
+
+    result = CliRunner().invoke(grader_cli.cli, ["grade", "--help"])
+    for option in ("--memory-limit", "--cpu-limit", "--max-processes", "--max-output", "--no-isolation"):
+        assert option in result.output
+    bad = CliRunner().invoke(grader_cli.cli, ["grade", str(SOLUTIONS), "--memory-limit", "lots"])
+    assert bad.exit_code == 2 and "is not a size" in bad.output
+
+
+# -- the fork servers --------------------------------------------------------
+def test_a_worker_whose_client_goes_away_is_killed():
+    with Server("student", isolated=True) as server:
+        worker = Worker(server.address, {"cwd": "/", "log": os.devnull, "env": {}, "isolate": False,
+                                         "limits": {}, "root": "/nonexistent"}, fds=_idle_pipes())
+        assert worker.poll() is None  # it waits for requests on its pipe
+        worker.close()
+        for _ in range(100):
+            try:
+                os.kill(worker.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"worker {worker.pid} still runs after its client left")
+
+
+def _idle_pipes():
+    to_child, keep = os.pipe()
+    back, from_child = os.pipe()
+    _idle_pipes.keep = (keep, back)  # held open: the worker blocks reading its next request
+    return to_child, from_child
+
+
+def test_warm_batch_grading_gives_the_scores_of_cold_grading(tmp_path):
+    buggy = SOLUTIONS.parent / "examples" / "buggy-student"
+    cold = grade(buggy)
+    with WarmServers() as servers:
+        warm = grade(buggy, servers=servers)
+        again = grade(SOLUTIONS, servers=servers)
+    assert [(t.id, t.status) for t in warm.tests] == [(t.id, t.status) for t in cold.tests]
+    assert warm.score == cold.score and again.score == 100
+    assert warm.isolation == cold.isolation
+
+
+def test_stopping_the_servers_stops_their_workers():
+    servers = WarmServers()
+    pids = [servers.grader._proc.pid, servers.zygote._proc.pid]
+    servers.close()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
