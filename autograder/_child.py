@@ -209,19 +209,37 @@ def _confine_inside(config, sandbox_uid):
     os.rmdir("/.old")
     _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     os.chdir("/submission")
-    if os.geteuid() == 0:  # root: a uid of its own takes every capability away, and the process limit applies to it
-        for dirpath, dirnames, filenames in os.walk("/submission"):
-            for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
-                os.chown(name, sandbox_uid, sandbox_uid)
-        os.setgroups([])
-        os.setresgid(sandbox_uid, sandbox_uid, sandbox_uid)
-        os.setresuid(sandbox_uid, sandbox_uid, sandbox_uid)
+    if os.geteuid() == 0:
+        _drop_root(sandbox_uid)
     else:  # drop the capabilities that the new user namespace gave
         header = (ctypes.c_uint32 * 2)(0x20080522, 0)
         _call("capset", header, (ctypes.c_uint32 * 6)())
     _call("prctl", ctypes.c_int(PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), ctypes.c_ulong(0),
           ctypes.c_ulong(0), ctypes.c_ulong(0))
     os.environ["HOME"] = os.environ["TMPDIR"] = "/tmp"
+
+
+def _drop_root(uid):
+    """From root to a uid of its own: every capability goes, and the process limit applies to it."""
+    for dirpath, dirnames, filenames in os.walk(os.getcwd()):
+        for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
+            os.chown(name, uid, uid)
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+
+
+def _others_can_run_python():
+    """Whether a uid other than root can read Python and its packages (needed to drop root unconfined)."""
+    for path in {sys.base_prefix, sys.prefix, *(p for p in sys.path if os.path.isdir(p))}:
+        path = os.path.abspath(path)
+        while True:
+            if not os.stat(path).st_mode & 0o005 == 0o005:
+                return False
+            if path == "/":
+                break
+            path = os.path.dirname(path)
+    return True
 
 
 def _apply_limits(limits):
@@ -244,6 +262,8 @@ def _enter(config):
     global _SUBMISSION
     _redirect(config["log"])
     isolation = _confine(config) if config.get("isolate") else "off"
+    if isolation != "namespaces" and os.geteuid() == 0 and _others_can_run_python():
+        _drop_root(SANDBOX_UID_BASE + os.getpid() % 100_000)  # still: no root powers, a process limit that holds
     _apply_limits(config.get("limits", {}))
     _SUBMISSION = os.path.realpath(os.getcwd())
     sys.path.insert(0, _SUBMISSION)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -123,8 +124,7 @@ class WarmServers:
         from autograder.forkserver import Server
         from autograder.sandbox import _child_env
 
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
-        self.grader = Server("grader", env=env)
+        self.grader = Server("grader", env=grader_env())
         try:
             home = tempfile.mkdtemp(prefix="mha-zygote-home-")
             self.zygote = Server("student", env=_child_env(home), isolated=True)
@@ -143,17 +143,29 @@ class WarmServers:
         self.close()
 
 
+GRADER_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
+              "VIRTUAL_ENV")
+
+
+def grader_env():
+    """The environment of the grading processes: what Python needs, and no tokens or CI secrets."""
+    env = {k: os.environ[k] for k in GRADER_ENV if k in os.environ}
+    return {**env, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
 def _run_graders(args, cwd, timeout, servers):
-    """Run pytest with `args` in `cwd`: a fresh process, or a fork of the warm grader server."""
-    if servers is None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
-        proc = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=cwd, env=env, capture_output=True,
-                              text=True, timeout=timeout)
-        return proc.stdout[-4000:] + proc.stderr[-4000:]
+    """Run pytest with `args` in `cwd`: a fork of the warm grader server, or a fresh process."""
     from autograder.forkserver import Worker
 
     log = Path(cwd) / "graders.log"
-    worker = Worker(servers.grader.address, {"args": args, "cwd": str(cwd), "log": str(log)})
+    try:
+        worker = servers and Worker(servers.grader.address, {"args": args, "cwd": str(cwd), "log": str(log)})
+    except OSError:
+        worker = None  # the server is gone: grade cold
+    if not worker:
+        proc = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=cwd, env=grader_env(),
+                              capture_output=True, text=True, timeout=timeout)
+        return proc.stdout[-4000:] + proc.stderr[-4000:]
     try:
         worker.wait(timeout)
     except subprocess.TimeoutExpired:
@@ -204,11 +216,17 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
             report.isolation = data.get("isolation") or ""
             report.timings = _timings(wall_start, data.get("times", {}), report.tests)
         elif report.status == "graded":
-            report.status, report.error = "error", f"the graders did not run:\n{log}"
+            report.status, report.error = "error", "the graders did not run" + _error_lines(log)
     report.execution_time = time.monotonic() - start
     if report.timings:
         report.timings["total"] = round(report.execution_time, 3)
     return report
+
+
+def _error_lines(log):
+    """The error lines of a pytest log, without the source lines its tracebacks show (graders are hidden)."""
+    lines = [ln for ln in log.splitlines() if re.match(r"(E |ERROR|INTERNALERROR> \w*(Error|Exception)|\w+Error\b)", ln)]
+    return (":\n" + "\n".join(lines[-8:])) if lines else " (no error message; run pytest on autograder/graders to see why)"
 
 
 def _timings(t0, times, tests):
