@@ -9,10 +9,14 @@ or a broken zip still yields a report with a status and a message.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import re
+import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -153,19 +157,38 @@ def grader_env():
     return {**env, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def _run_graders(args, cwd, timeout, servers):
-    """Run pytest with `args` in `cwd`: a fork of the warm grader server, or a fresh process."""
+def _key_pipe(key):
+    """A pipe holding `key`: its read end, for the graders to read the key that signs their results."""
+    read_end, write_end = os.pipe()
+    os.write(write_end, key)
+    os.close(write_end)
+    return read_end
+
+
+def _run_graders(args, cwd, timeout, servers, key):
+    """Run pytest with `args` in `cwd`: a fork of the warm grader server, or a fresh process.
+
+    `key` reaches the graders through an inherited pipe (never argv, the
+    environment or a file), so no other process can sign results.
+    """
     from autograder.forkserver import Worker
 
     log = Path(cwd) / "graders.log"
+    worker, key_fd = None, _key_pipe(key)
     try:
-        worker = servers and Worker(servers.grader.address, {"args": args, "cwd": str(cwd), "log": str(log)})
-    except OSError:
-        worker = None  # the server is gone: grade cold
-    if not worker:
-        proc = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=cwd, env=grader_env(),
-                              capture_output=True, text=True, timeout=timeout)
-        return proc.stdout[-4000:] + proc.stderr[-4000:]
+        if servers:
+            try:
+                worker = Worker(servers.grader.address, {"args": args, "cwd": str(cwd), "log": str(log)},
+                                fds=[key_fd])
+            except OSError:
+                worker = None  # the server is gone: grade cold
+        if not worker:
+            proc = subprocess.run([sys.executable, "-m", "pytest", *args, "--key-fd", str(key_fd)], cwd=cwd,
+                                  env=grader_env(), capture_output=True, text=True, timeout=timeout,
+                                  pass_fds=[key_fd])
+            return proc.stdout[-4000:] + proc.stderr[-4000:]
+    finally:
+        os.close(key_fd)
     try:
         worker.wait(timeout)
     except subprocess.TimeoutExpired:
@@ -204,13 +227,17 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
             args += ["--zygote", servers.zygote.address]
         if select:
             args += ["-k", select]
+        key = secrets.token_bytes(32)
         try:
-            log = _run_graders(args, tmp, timeout, servers)
+            log = _run_graders(args, tmp, timeout, servers, key)
         except subprocess.TimeoutExpired:
             report.status, report.error = "timeout", f"grading did not finish within {timeout:g} s"
             log = ""
-        if results_file.exists():
-            data = json.loads(results_file.read_text())
+        data = _signed_results(results_file, key)
+        if data is False:
+            report.status, report.error = "error", ("the results file was not written by the graders (its "
+                                                    "signature does not match): nothing of it is used")
+        elif data is not None:
             report.tests = [TestResult(**t) for t in data["tests"]]
             report.student_output = data.get("student_output", "")
             report.isolation = data.get("isolation") or ""
@@ -221,6 +248,23 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
     if report.timings:
         report.timings["total"] = round(report.execution_time, 3)
     return report
+
+
+def _signed_results(path, key):
+    """The graders' results: None when there are none, False when they are not signed with `key`."""
+    try:  # a regular file, never a link or a FIFO planted to hang or feed the engine
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        signature, _, payload = fh.read().partition(b"\n")
+    if not hmac.compare_digest(signature, hmac.new(key, payload, hashlib.sha256).hexdigest().encode()):
+        return False
+    return json.loads(payload)
 
 
 def _error_lines(log):

@@ -8,9 +8,12 @@ the results as JSON for the engine.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,6 +30,8 @@ def pytest_addoption(parser):
     group = parser.getgroup("mha-autograder")
     group.addoption("--submission", help="folder of the submission's .py modules")
     group.addoption("--results-file", help="where to write the results as JSON")
+    group.addoption("--key-fd", type=int, default=None,
+                    help="a file descriptor to read the key that signs the results from (HMAC-SHA256)")
     group.addoption("--call-timeout", type=float, default=10.0, help="seconds allowed for one call into student code")
     group.addoption("--limits", default="{}", help="limits of the student process, as JSON (autograder.sandbox.Limits)")
     group.addoption("--no-isolation", action="store_true", help="run the student process without Linux namespaces")
@@ -34,12 +39,17 @@ def pytest_addoption(parser):
 
 
 _TIMES = pytest.StashKey[dict]()
+_KEY = pytest.StashKey[bytes]()
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "grade(points, aspect): points and aspect of a grader test")
     config.stash[_RESULTS] = []
     config.stash[_TIMES] = {"configured": time.time()}
+    fd = config.getoption("key_fd")
+    if fd is not None:  # read and closed before any student process starts
+        config.stash[_KEY] = os.read(fd, 256)
+        os.close(fd)
     submission = config.getoption("submission")
     if submission:
         sandbox = Sandbox(submission, call_timeout=config.getoption("call_timeout"),
@@ -136,10 +146,12 @@ def pytest_sessionfinish(session, exitstatus):
     times["finished"] = time.time()
     path = config.getoption("results_file")
     if path:
-        payload = {"tests": config.stash[_RESULTS], **extra}
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as fh:
-            json.dump(payload, fh)
+        payload = json.dumps({"tests": config.stash[_RESULTS], **extra}).encode()
+        key = config.stash.get(_KEY, b"")
+        signature = hmac.new(key, payload, hashlib.sha256).hexdigest()
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".results-")  # O_EXCL: a new file
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(signature.encode() + b"\n" + payload)
         os.replace(tmp, path)
 
 

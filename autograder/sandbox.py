@@ -434,6 +434,11 @@ class RemoteModule:
         """aten operator name -> number of calls during one forward pass."""
         return self._request("count_ops", signature(f"{self.name}.forward", args, {}), args=list(args))["counts"]
 
-    def time(self, *args, reps=10, timeout=None):
-        """Run `reps` forward passes in one request, for the caller to time (autograder.timing)."""
-        self._request("time", signature(f"{self.name}.forward", args, {}), timeout, args=list(args), reps=reps)
+    def time(self, inputs, echo=False, discard=False, timeout=None):
+        """Run one forward pass per input (`inputs` stacked on dim 0) in one request; return the outputs.
+
+        For the caller to time (autograder.timing). `echo`: run nothing, send
+        the inputs back; `discard`: send no outputs back.
+        """
+        context = signature(f"{self.name}.forward", [inputs[0]], {}) + f" x {len(inputs)}"
+        return self._request("time", context, timeout, inputs=inputs, echo=echo, discard=discard)["outputs"]

@@ -50,6 +50,7 @@ class Measurement:
     reference_stacked: float
     reference_fused: float
     device: str = "cpu"
+    verified: bool = True  # every timed pass of the student's module returned the reference's output
 
     @property
     def speedup(self):
@@ -77,9 +78,11 @@ class Measurement:
                 f"forward pass (best of {ROUNDS} rounds of {REPS})")
 
 
-def inputs(device="cpu"):
+def inputs(device="cpu", reps=REPS, seed=0):
+    """`reps` different inputs stacked on dim 0: one per timed pass, new ones each round (nothing to cache)."""
     s = SIZES
-    return torch.randn(s["batch"], s["tokens"], s["d_in"], generator=torch.Generator().manual_seed(0)).to(device)
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(reps, s["batch"], s["tokens"], s["d_in"], generator=gen).to(device)  # (reps, B, T, d_in)
 
 
 def reference_modules(device="cpu"):
@@ -91,47 +94,58 @@ def reference_modules(device="cpu"):
 
 
 def build_fused(student, device="cpu"):
-    """The student's fused module at the timing sizes, on `device`."""
+    """The student's fused module at the timing sizes, on `device`, with the reference fused module's weights."""
     s = SIZES
     remote = student.new("mha", "MultiHeadAttention", s["d_in"], s["num_heads"] * s["head_dim"], s["tokens"], 0.0,
                          s["num_heads"], seed=0)
+    _, fused = reference_modules()
+    remote.load({name: p.detach().clone() for name, p in fused.named_parameters()})
     return remote.to(device=device) if device != "cpu" else remote
 
 
-def time_block(module, x, reps=REPS):
-    """Seconds per forward pass of `module` over a block of `reps` passes, by this process's clock."""
+def time_block(module, xs):
+    """Seconds per forward pass of `module`, one pass per input of `xs`, by this process's clock."""
     with torch.no_grad():
-        if x.device.type == "cuda":
+        if xs.device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize()
             start.record()
-            for _ in range(reps):
+            for x in xs:
                 module(x)
             end.record()
             torch.cuda.synchronize()
-            return start.elapsed_time(end) / 1e3 / reps
+            return start.elapsed_time(end) / 1e3 / len(xs)
         begin = time.perf_counter()
-        for _ in range(reps):
+        for x in xs:
             module(x)
-        return (time.perf_counter() - begin) / reps
+        return (time.perf_counter() - begin) / len(xs)
 
 
-def time_remote_block(remote, x, reps=REPS):
-    """Seconds per forward pass of a module in the student process, by this process's clock.
+def time_remote_block(remote, xs, discard=False):
+    """(seconds per forward pass, outputs) of a module in the student process, by this process's clock.
 
     The request runs the whole block there (synchronising CUDA at its end);
-    the round trip's fixed cost is shared by `reps` passes.
+    the round trip's fixed cost is shared by the passes. `discard`: the
+    outputs stay there (for `bench`, which checks nothing).
     """
     begin = time.perf_counter()
-    remote.time(x, reps=reps)
-    return (time.perf_counter() - begin) / reps
+    outputs = remote.time(xs, discard=discard)
+    return (time.perf_counter() - begin) / len(xs), outputs
 
 
-def round_trip(remote, x):
-    """Seconds of a request that runs no forward pass: the fixed cost of one timed block."""
+def round_trip(remote, xs):
+    """Seconds of a request that carries the same tensors both ways and runs no forward pass."""
     begin = time.perf_counter()
-    remote.time(x, reps=0)
+    remote.time(xs, echo=True)
     return time.perf_counter() - begin
+
+
+def did_the_work(outputs, reference, xs):
+    """Whether the timed block returned, for every input, what the reference module gives for it."""
+    with torch.no_grad():
+        return len(outputs) == len(xs) and all(
+            isinstance(out, torch.Tensor) and out.shape == (expected := reference(x)).shape
+            and torch.allclose(out, expected, rtol=1e-3, atol=1e-4) for out, x in zip(outputs, xs))
 
 
 def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS) -> Measurement:
@@ -139,29 +153,37 @@ def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS) -> Measurement
 
     The student's block includes one round trip to its process; each
     reference block is charged the same fixed cost: the fastest round trip
-    of a request that runs no forward pass, measured in the same rounds (the
-    fastest, so that a busy moment cannot inflate the charge).
+    of a request that carries the same tensors and runs no forward pass,
+    measured in the same rounds (the fastest, so that a busy moment cannot
+    inflate the charge). Each round has new inputs, and the student's outputs
+    are checked against the reference fused module (which has the same
+    weights) after the timing: a block that skips its work, or replays
+    answers, is caught.
     """
-    x = inputs(device)
     stacked, fused = reference_modules(device)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    verified = True
     try:
-        time_remote_block(fused_remote, x, reps=2)  # warm up both sides
-        time_block(stacked, x, 2), time_block(fused, x, 2)
+        warm = inputs(device, 2, seed=0)
+        time_remote_block(fused_remote, warm)  # warm up both sides
+        time_block(stacked, warm), time_block(fused, warm)
         best = [float("inf")] * 4
-        for _ in range(rounds):
-            times = (time_remote_block(fused_remote, x, reps), time_block(stacked, x, reps), time_block(fused, x, reps),
-                     round_trip(fused_remote, x))
-            best = [min(b, t) for b, t in zip(best, times)]
+        for r in range(rounds):
+            xs = inputs(device, reps, seed=r + 1)
+            (student, outputs), ref_stacked, ref_fused = (time_remote_block(fused_remote, xs), time_block(stacked, xs),
+                                                           time_block(fused, xs))
+            trip = round_trip(fused_remote, xs)
+            best = [min(b, t) for b, t in zip(best, (student, ref_stacked, ref_fused, trip))]
+            verified = verified and did_the_work(outputs, fused, xs)
     finally:
         torch.set_num_threads(threads)
     student, ref_stacked, ref_fused, trip = best
-    return Measurement(student, ref_stacked + trip / reps, ref_fused + trip / reps, device=device)
+    return Measurement(student, ref_stacked + trip / reps, ref_fused + trip / reps, device=device, verified=verified)
 
 
 def passes(m: Measurement) -> bool:
-    return m.fast_enough and m.close_to_reference
+    return m.verified and m.fast_enough and m.close_to_reference
 
 
 def measure_until(fused_remote, passes=passes, device="cpu", retries=RETRIES) -> Measurement:

@@ -98,7 +98,7 @@ def test_the_environment_holds_no_secret(tmp_path, monkeypatch):
 def test_without_isolation_the_sandbox_says_so(tmp_path):
     seen, how = _probe(tmp_path, isolate=False)
     assert how == "off"
-    report = grade(SOLUTIONS, isolate=False, select="causal")
+    report = grade(SOLUTIONS, isolate=False, select="test_masks")
     assert report.isolation == "off"
     assert "without Linux-namespace isolation (turned off)" in report.to_text()
 
@@ -191,3 +191,46 @@ def test_stopping_the_servers_stops_their_workers():
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+FORGER = '''import glob, json, os, signal, time, torch
+FAKE = json.dumps({"tests": [{"id": "forged", "name": "forged", "module": "masks", "aspect": "values",
+                              "points": 100, "status": "passed"}]})
+def causal_mask(seq_len, device=None):
+    if os.fork() == 0:  # a daemon that outlives the student process (unconfined, it escapes its group)
+        os.setsid()
+        if os.fork() == 0:
+            signal.alarm(30)
+            fifo = f"/tmp/mha-forger-{os.getpid()}"
+            os.mkfifo(fifo)
+            for folder in glob.glob("/tmp/mha-grade-*"):  # where the graders will write their results
+                try:
+                    os.symlink(fifo, os.path.join(folder, "results.json.tmp"))
+                except OSError:
+                    pass
+            with open(fifo, "rb") as fh:  # the graders' results, written through the link, end here
+                fh.read()
+            with open(fifo, "wb") as fh:  # the engine, reading results.json (now the link), gets ours
+                fh.write(FAKE.encode())
+        os._exit(0)
+    return torch.zeros(seq_len, seq_len, dtype=torch.bool)
+'''
+
+
+def test_forged_results_files_are_never_believed(tmp_path):
+    """Without namespaces a student process can reach the grader's temporary folder; a forged file is rejected."""
+    (tmp_path / "masks.py").write_text(FORGER)
+    report = grade(tmp_path, isolate=False, select="test_masks", timeout=60)
+    assert not any(t.id == "forged" for t in report.tests), "a forged results file was believed"
+    assert report.earned < report.available, report.to_text()
+    if report.status == "error":
+        assert "not written by the graders" in report.error
+
+
+def test_results_are_signed_with_a_key_that_only_the_engine_has(tmp_path):
+    from autograder.engine import _signed_results
+
+    path = tmp_path / "results.json"
+    path.write_text('{"tests": []}')
+    assert _signed_results(path, b"k" * 32) is False
+    assert _signed_results(tmp_path / "missing.json", b"k" * 32) is None

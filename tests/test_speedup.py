@@ -54,7 +54,7 @@ def test_sleeping_fused_module_fails_both_speedup_checks(tmp_path, patch_timers)
     results = speedup_results(fused_variant(tmp_path, patch_timers=patch_timers))
     for test in results.values():
         assert test.status == "failed", test.id
-        assert "us per forward pass" in test.message and "your fused" in test.message
+        assert "us per forward pass" in test.message and "your fused" in test.message, (test.id, test.message)
 
 
 def test_loop_over_heads_fails_both_speedup_checks(tmp_path):
