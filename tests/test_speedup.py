@@ -85,3 +85,24 @@ def test_measure_until_stops_at_the_first_pass(monkeypatch):
     calls.clear()
     assert not timing.measure_until(None, lambda m: m.speedup > 100).fast_enough
     assert len(calls) == timing.RETRIES
+
+
+HIJACK_TIME_OP = '''import gc as _gc
+import torch as _torch
+for _table in [o for o in _gc.get_objects() if isinstance(o, dict) and "time" in o and "count_ops" in o]:
+    _real = _table["time"]
+    def _no_work(req, _real=_real):  # the kit's own request handler, replaced: timed blocks return at once
+        if req.get("echo") or req.get("discard"):
+            return _real(req)
+        return {"outputs": [_torch.zeros_like(x) for x in req["inputs"]]}
+    _table["time"] = _no_work
+'''
+
+
+def test_a_timed_block_that_skips_its_work_fails_both_speedup_checks(tmp_path):
+    """Student code can replace the request handler of its own process; the outputs it then returns give it away."""
+    folder = fused_variant(tmp_path, patch_timers=False)
+    (folder / "mha.py").write_text(HIJACK_TIME_OP + (folder / "mha.py").read_text())
+    for test in speedup_results(folder).values():
+        assert test.status == "failed", (test.id, test.message)
+        assert "did not all return the output of the reference fused module" in test.message, test.message
