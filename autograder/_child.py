@@ -72,9 +72,13 @@ _libc = None
 
 def _call(name, *args):
     global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    if getattr(_libc, name)(*args) != 0:
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        function = getattr(_libc, name)
+    except (OSError, AttributeError):
+        raise OSError(f"{name}: not available on this system") from None  # macOS, Windows
+    if function(*args) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{name}: {os.strerror(err)}")
 
