@@ -434,11 +434,14 @@ class RemoteModule:
         """aten operator name -> number of calls during one forward pass."""
         return self._request("count_ops", signature(f"{self.name}.forward", args, {}), args=list(args))["counts"]
 
-    def time(self, inputs, echo=False, discard=False, timeout=None):
+    def time(self, inputs, discard=False, timeout=None):
         """Run one forward pass per input (`inputs` stacked on dim 0) in one request; return the outputs.
 
-        For the caller to time (autograder.timing). `echo`: run nothing, send
-        the inputs back; `discard`: send no outputs back.
+        For the caller to time (autograder.timing). `discard`: send no outputs back.
         """
         context = signature(f"{self.name}.forward", [inputs[0]], {}) + f" x {len(inputs)}"
-        return self._request("time", context, timeout, inputs=inputs, echo=echo, discard=discard)["outputs"]
+        outputs = self._request("time", context, timeout, inputs=inputs, discard=discard).get("outputs")
+        if not isinstance(outputs, list):
+            raise StudentError(f"{context} answered without its outputs (a request handler replaced by "
+                               "student code?)", "bad-return")
+        return outputs
