@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -200,10 +201,11 @@ def causal_mask(seq_len, device=None):
     if os.fork() == 0:  # a daemon that outlives the student process (unconfined, it escapes its group)
         os.setsid()
         if os.fork() == 0:
+            fifo = f"ENGINE_TMP/forger-{os.getpid()}"
+            signal.signal(signal.SIGALRM, lambda *_: (os.unlink(fifo), os._exit(0)))
             signal.alarm(30)
-            fifo = f"/tmp/mha-forger-{os.getpid()}"
             os.mkfifo(fifo)
-            for folder in glob.glob("/tmp/mha-grade-*"):  # where the graders will write their results
+            for folder in glob.glob("ENGINE_TMP/mha-grade-*"):  # where the graders will write their results
                 try:
                     os.symlink(fifo, os.path.join(folder, "results.json.tmp"))
                 except OSError:
@@ -217,10 +219,15 @@ def causal_mask(seq_len, device=None):
 '''
 
 
-def test_forged_results_files_are_never_believed(tmp_path):
+def test_forged_results_files_are_never_believed(tmp_path, monkeypatch):
     """Without namespaces a student process can reach the grader's temporary folder; a forged file is rejected."""
-    (tmp_path / "masks.py").write_text(FORGER)
-    report = grade(tmp_path, isolate=False, select="test_masks", timeout=60)
+    engine_tmp = tmp_path / "engine-tmp"  # the engine's folders go here, so that the forger touches no other grading
+    engine_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(engine_tmp))
+    submission = tmp_path / "submission"
+    submission.mkdir()
+    (submission / "masks.py").write_text(FORGER.replace("ENGINE_TMP", str(engine_tmp)))
+    report = grade(submission, isolate=False, select="test_masks", timeout=60)
     assert not any(t.id == "forged" for t in report.tests), "a forged results file was believed"
     assert report.earned < report.available, report.to_text()
     if report.status == "error":
