@@ -152,20 +152,26 @@ class AttackCase:
         return True
 
 
-def _case_from_entry(kind: str, index: int, entry: dict) -> Case:
+def _check_header(kind: str, index: int, entry, keys, strings) -> str:
+    """Check a table's keys, its required strings and its kebab-case id; return how errors name it."""
     where = f"[[{kind}]] #{index + 1}"
     if not isinstance(entry, dict):
         raise CorpusError(f"{where}: not a table")
-    unknown = set(entry) - {"id", "module", "description", "patch"}
+    unknown = set(entry) - set(keys)
     if unknown:
         raise CorpusError(f"{where}: unknown keys {sorted(unknown)}")
-    for key in ("id", "module", "description"):
+    for key in strings:
         if not isinstance(entry.get(key), str) or not entry[key].strip():
             raise CorpusError(f"{where}: missing or empty string {key!r}")
-    case_id = entry["id"]
-    where = f"[[{kind}]] {case_id!r}"
-    if not _ID_RE.match(case_id):
+    where = f"[[{kind}]] {entry['id']!r}"
+    if not _ID_RE.match(entry["id"]):
         raise CorpusError(f"{where}: id is not kebab-case")
+    return where
+
+
+def _case_from_entry(kind: str, index: int, entry: dict) -> Case:
+    where = _check_header(kind, index, entry, {"id", "module", "description", "patch"}, ("id", "module", "description"))
+    case_id = entry["id"]
     module = entry["module"]
     if module not in MODULES:
         raise CorpusError(f"{where}: module {module!r} is not one of {MODULES}")
@@ -290,19 +296,8 @@ def _strings(value, where, key):
 
 
 def _attack_from_entry(index: int, entry: dict) -> AttackCase:
-    where = f"[[attack]] #{index + 1}"
-    if not isinstance(entry, dict):
-        raise CorpusError(f"{where}: not a table")
-    unknown = set(entry) - _ATTACK_KEYS
-    if unknown:
-        raise CorpusError(f"{where}: unknown keys {sorted(unknown)}")
-    for key in ("id", "attack", "module", "description"):
-        if not isinstance(entry.get(key), str) or not entry[key].strip():
-            raise CorpusError(f"{where}: missing or empty string {key!r}")
+    where = _check_header("attack", index, entry, _ATTACK_KEYS, ("id", "attack", "module", "description"))
     case_id = entry["id"]
-    where = f"[[attack]] {case_id!r}"
-    if not _ID_RE.match(case_id):
-        raise CorpusError(f"{where}: id is not kebab-case")
     if not _ID_RE.match(entry["attack"]):
         raise CorpusError(f"{where}: attack {entry['attack']!r} is not kebab-case")
     module = entry["module"]
