@@ -217,7 +217,7 @@ def grade_all(folder, output, jobs, force, timeout, **sandbox):
         rows = batch.grade_all(folder, output, jobs=jobs, force=force, timeout=timeout,
                                progress=lambda row: bar.update(1, row), **_sandbox(**sandbox))
     notes = {GradeReport(submission="", isolation=r.isolation).isolation_note() for r in rows.values()
-             if getattr(r, "isolation", "")} - {""}
+             if r.isolation} - {""}
     for note in sorted(notes)[:1]:  # once per run, not once per student
         click.echo(note, err=True)
     elapsed = time.monotonic() - start

@@ -97,9 +97,7 @@ def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: 
     _write_atomic(folder / "feedback.html", to_html(report))
     modules = {m: earned for m, (earned, _) in report.modules().items()}
     error = report.error.splitlines()[0] if report.error else ""
-    row = Row(sub_id, report.score, modules, report.status, time.monotonic() - start, error)
-    row.isolation = report.isolation
-    return row
+    return Row(sub_id, report.score, modules, report.status, time.monotonic() - start, error, report.isolation)
 
 
 def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool = False, timeout: float = 300.0,
