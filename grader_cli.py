@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 EXIT_OK, EXIT_BELOW_MIN, EXIT_CANNOT_RUN = 0, 1, 2
+from autograder import LEVELS  # noqa: E402  (the package's __init__ imports nothing)
 FORMATS = ["text", "json", "gradescope", "markdown", "html", "junit", "classroom"]
 FORMAT_HELP = ("text: a readable report; json: all data for other tools; gradescope: results.json per "
                "Gradescope's autograder specification; markdown, html: feedback for the student (html with "
@@ -48,20 +49,26 @@ def sandbox_options(command):
                      help="Processes and threads the student code may have; a fork bomb stops there."),
         click.option("--max-output", type=Size(), default="1MiB", show_default=True,
                      help="What the student code may print or write to files."),
-        click.option("--no-isolation", is_flag=True,
-                     help="Skip the Linux namespaces (no network, private filesystem view, own PID space) that "
-                          "student code otherwise runs in where the OS allows it; limits still apply."),
+        click.option("--isolation", type=click.Choice(["auto", *LEVELS]), default="auto", show_default=True,
+                     help="How student code is confined. namespaces: own PID, mount and network namespaces, a "
+                          "private filesystem view; landlock: Linux Landlock, reads only system and Python "
+                          "folders and its copy, no TCP; none: resource limits only. auto: the strongest that "
+                          "works here (probed once per run)."),
+        click.option("--require-isolation", type=click.Choice(LEVELS), default=None,
+                     help="Refuse to grade below this level: exit 2 with the cause and the remedy."),
+        click.option("--no-isolation", is_flag=True, help="Same as --isolation none."),
     ]
     for option in reversed(options):
         command = option(command)
     return command
 
 
-def _sandbox(memory_limit, cpu_limit, max_processes, max_output, no_isolation):
+def _sandbox(memory_limit, cpu_limit, max_processes, max_output, isolation, require_isolation, no_isolation):
     from autograder.sandbox import Limits
 
     return {"limits": Limits(cpu_seconds=cpu_limit, memory_bytes=memory_limit, processes=max_processes,
-                             output_bytes=max_output), "isolate": not no_isolation}
+                             output_bytes=max_output),
+            "isolation": "none" if no_isolation else isolation, "require_isolation": require_isolation}
 
 
 def _write(report, text, output):
@@ -115,15 +122,27 @@ def grade(path, fmt, output, min_score, timeout, **sandbox):
     Exit status:
       0  grading completed (whatever the score)
       1  the score is below --min-score
-      2  the grader could not run (bad path, unreadable zip)
+      2  the grader could not run: a bad path, an unreadable zip, or student
+         code that cannot be run here (isolation refused, a student process
+         that cannot start); the cause and the remedy are printed, and no
+         score is given (with --format gradescope, junit, classroom or json
+         the report says "error", never 0)
     """
     from autograder.engine import SubmissionError
     from autograder.engine import grade as grade_submission
+    from autograder.results import GradeReport
+    from autograder.sandbox import GraderUnavailable
 
     try:
         report = grade_submission(path, call_timeout=timeout, **_sandbox(**sandbox))
     except SubmissionError as exc:
         click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
+    except GraderUnavailable as exc:
+        click.echo(f"error: the grader cannot run student code here: {exc}", err=True)
+        if fmt != "text":  # CI formats still get a file, that says error
+            failed = GradeReport(submission=str(path), status="error", error=str(exc), grader_failure=True)
+            _write(failed, failed.render(fmt), output)
         sys.exit(EXIT_CANNOT_RUN)
     _write(report, report.render(fmt), output)
     if fmt != "text" and report.isolation_note():
@@ -203,10 +222,23 @@ def grade_all(folder, output, jobs, force, timeout, **sandbox):
     never stops the others. The gradebook is rewritten atomically after each
     submission; a second run skips what is already graded (resume), unless
     --force.
+
+    \b
+    Exit status: 0 when every submission was graded; 2 when the isolation
+    cannot be had (--require-isolation; nothing is graded) or some rows are
+    "error" (the grader could not grade them: no score; a second run
+    grades them again).
     """
     from autograder import batch
     from autograder.results import GradeReport
+    from autograder.sandbox import GraderUnavailable, choose_isolation
 
+    options = _sandbox(**sandbox)
+    try:  # once for the whole class, before anything is graded
+        options["isolation"] = choose_isolation(options["isolation"], options.pop("require_isolation"))
+    except GraderUnavailable as exc:
+        click.echo(f"error: the grader cannot run student code here: {exc}", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
     entries = batch.discover(folder)
     done = batch.read_gradebook(output) if not force else {}
     todo = sum(1 for i, _ in entries if force or i not in done or done[i].status != "graded")
@@ -215,10 +247,10 @@ def grade_all(folder, output, jobs, force, timeout, **sandbox):
     with click.progressbar(length=todo, label="grading", show_pos=True, show_eta=True, file=sys.stderr,
                            item_show_func=lambda row: row.id if row else "") as bar:
         rows = batch.grade_all(folder, output, jobs=jobs, force=force, timeout=timeout,
-                               progress=lambda row: bar.update(1, row), **_sandbox(**sandbox))
-    notes = {GradeReport(submission="", isolation=r.isolation).isolation_note() for r in rows.values()
-             if r.isolation} - {""}
-    for note in sorted(notes)[:1]:  # once per run, not once per student
+                               progress=lambda row: bar.update(1, row), **options)
+    click.echo(GradeReport(submission="", isolation=options["isolation"]).isolation_line(), err=True)
+    note = GradeReport(submission="", isolation=options["isolation"]).isolation_note()
+    if note:  # once per run, not once per student
         click.echo(note, err=True)
     elapsed = time.monotonic() - start
     for status in ("graded", "timeout", "error"):
@@ -227,6 +259,11 @@ def grade_all(folder, output, jobs, force, timeout, **sandbox):
             click.echo(f"{status}: {', '.join(ids)}", err=True)
     rate = f", {60 * todo / elapsed:.1f} per minute" if todo and elapsed > 0 else ""
     click.echo(f"{len(rows)} rows in {output / batch.GRADEBOOK} ({elapsed:.0f} s{rate})")
+    errors = [r for r in rows.values() if r.status == "error"]
+    if errors:
+        click.echo(f"{len(errors)} submission(s) could not be graded (status error, no score); run the same "
+                   "command again to grade them once the cause is fixed", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
 
 
 @cli.command()

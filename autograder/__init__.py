@@ -2,3 +2,12 @@
 
 # The five modules of the student contract, in its order: the one list the library uses.
 MODULES = ("attention", "heads", "masks", "mha", "positional")
+
+# How student code can be confined, strongest first (autograder/_child.py applies them, autograder.sandbox
+# chooses), and what each means in a report.
+LEVELS = ("namespaces", "landlock", "none")
+LEVEL_HELP = {
+    "namespaces": "own PID, mount and network namespaces; sees only system folders and its copy",
+    "landlock": "Landlock: reads only system and Python folders and its copy; no TCP",
+    "none": "resource limits only: student code could read what the grading user can read",
+}

@@ -2,30 +2,48 @@
 
 It runs either as `python -I _child.py CONFIG` or as a fork of the warm
 student zygote (autograder/forkserver.py), with the protocol pipes on fds 0
-and 1. It is self-contained on purpose (stdlib and torch only): the trusted
-grader never imports student code, it sends requests here and compares what
-comes back itself.
+and 1. It is self-contained on purpose (stdlib and torch only, and the
+stdlib-only autograder/landlock.py, loaded by path): the trusted grader never
+imports student code, it sends requests here and compares what comes back
+itself.
 
-Before any student code is imported, the process confines itself (`_enter`):
+Before any student code is imported, the process confines itself (`_enter`)
+at the level the trusted side chose (autograder/sandbox.py probed it in a
+throwaway process first, so that no refusal leaves this process half
+confined):
 
-* stdout and stderr go to a log file that the trusted side reads and
-  truncates; the protocol uses private copies of the pipes;
-* where Linux allows it, new namespaces: no network (an empty network
-  namespace), its own PID namespace (it cannot see or signal other
-  processes, and everything it forks dies with it), and a filesystem of its
-  own: the system and Python's folders read-only, the submission copy at
-  /submission, an empty /tmp, a fresh /proc, and nothing else: no kit, no
-  reference, no graders, no other submission. It then runs as an
-  unprivileged user (root: a uid of its own; others: no capabilities);
-* resource limits: CPU time, address space, process count, output size;
-* an environment without secrets (the trusted side passes a minimal one).
+* `namespaces`: new PID, mount, network, IPC and UTS namespaces (a user
+  namespace too when not root): no network, no other process in sight,
+  everything it forks dies with it, and a filesystem of its own: the system
+  and Python's folders read-only, the submission copy at /submission, an
+  empty /tmp, a fresh /proc, and nothing else: no kit, no reference, no
+  graders, no other submission;
+* `landlock`: where namespaces are refused, Linux's Landlock: it may read
+  only the system and Python folders and its own copy, write only that copy
+  and a private temp folder, and (ABI 4+) make no TCP connection; (ABI 6+)
+  it cannot signal processes outside its domain;
+* `none`: resource limits only.
 
-Protocol: frames of an 8-byte big-endian length and a payload written with
-torch.save. The parent reads answers with torch.load(weights_only=True), so
+At every level: stdout and stderr go to a log file that the trusted side
+reads; the protocol uses private copies of the pipes; the student code never
+runs as root (root drops to a uid of its own); resource limits (CPU time,
+address space, processes, output size) bound it; and this process forks a
+*keeper* that stays outside: a child subreaper that, when the student
+process ends or the trusted side sends SIGTERM, kills every process the
+student code started, daemons included.
+
+Protocol: frames of an 8-byte big-endian length and a payload. The first
+frame is the handshake, JSON, sent once confinement, limits and imports are
+done and before any submission file is touched: {"ready": true, ...} or
+{"ready": false, "error": why}; a process that dies before it is the
+grader's failure, not the student's. Every later frame is written with
+torch.save; the parent reads answers with torch.load(weights_only=True), so
 only plain tensors and plain containers can come back.
 """
 import ctypes
+import errno
 import importlib
+import importlib.util
 import io
 import json
 import os
@@ -34,6 +52,7 @@ import signal
 import struct
 import sys
 import threading
+import time
 import traceback
 
 # I/O functions are captured before any student code is imported.
@@ -41,6 +60,7 @@ _write = os.write
 _read = os.read
 _IN = _OUT = None
 _SUBMISSION = None
+LEVELS = ("namespaces", "landlock", "none")  # strongest first
 
 
 def _redirect(log):
@@ -60,14 +80,44 @@ def _redirect(log):
         stream.reconfigure(line_buffering=True)  # what was printed is in the log even if the process dies
 
 
-# -- confinement (Linux namespaces through libc; stdlib only) ---------------
+def _frame(payload):
+    view = memoryview(struct.pack(">Q", len(payload)) + payload)
+    while view:
+        view = view[_write(_OUT, view):]
+
+
+def _handshake(**fields):
+    """The first frame: JSON, so that it needs no torch (a process that cannot import torch says so too)."""
+    _frame(json.dumps(fields).encode())
+
+
+class SetupFailed(Exception):
+    """A step of confinement, limits or imports failed: the grader's failure, reported in the handshake."""
+
+
+def _fail(message):
+    """Tell the trusted side why this process cannot run student code, and end it."""
+    try:
+        _handshake(ready=False, error=message[:2000])
+    finally:
+        os._exit(0)
+
+
+# -- confinement (Linux through libc; stdlib only) ----------------------------
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
     1, 2, 4, 8, 32, 4096, 16384, 1 << 18)
-MNT_DETACH, PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 2, 1, 38
-SANDBOX_UID_BASE = 1_500_000  # root confines each student process to a uid of its own, above the usual ranges
+MNT_DETACH, PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 2, 1, 38, 36
+SANDBOX_UID_BASE = 1_500_000  # root runs each student process as a uid of its own, above the usual ranges
 _libc = None
+_REFUSE = frozenset()  # steps refused on purpose (the kit's tests: MHA_REFUSE on the trusted side)
+
+
+def _step(name):
+    """Mark a confinement step; a step named in _REFUSE fails as the OS would refuse it."""
+    if name in _REFUSE:
+        raise OSError(errno.EPERM, f"{name}: {os.strerror(errno.EPERM)} (refused on purpose: MHA_REFUSE)")
 
 
 def _call(name, *args):
@@ -83,123 +133,98 @@ def _call(name, *args):
         raise OSError(err, f"{name}: {os.strerror(err)}")
 
 
+def _prctl(option, value):
+    _call("prctl", ctypes.c_int(option), ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0),
+          ctypes.c_ulong(0))
+
+
 def _mount(source, target, fstype=None, flags=0, data=None):
+    _step("mount")
     enc = (lambda s: None if s is None else os.fsencode(s))
     _call("mount", enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data))
 
 
-def _bind(root, path, writable=False):
-    """Make `path` appear at the same place under `root` (read-only unless `writable`)."""
-    target = root + path
-    if os.path.islink(path):
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        if not os.path.lexists(target):
-            os.symlink(os.readlink(path), target)
-        return
-    if os.path.isdir(path):
-        os.makedirs(target, exist_ok=True)
-    else:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        open(target, "a").close()
-    _mount(path, target, None, MS_BIND | MS_REC)
-    if not writable:
-        st = os.statvfs(path)  # a remount must keep the flags the mount is locked with
-        kept = st.f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
-
-
-def _visible_paths(forbidden):
-    """System and Python folders the student process needs, minus any that would show the kit."""
-    paths = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys",
-             sys.base_prefix, sys.prefix, *(p for p in sys.path if p)]
-    keep = []
-    for p in paths:
-        p = os.path.abspath(p)
-        while p != "/" and not os.path.exists(p):  # python311.zip: show the folder that would hold it
-            p = os.path.dirname(p)
-        if p == "/" or p in keep:
+def _needed_paths(forbidden):
+    """The real paths of the system and Python folders the student process needs, and the symlinks that lead
+    to them ({link: target text}); none that shows the kit (`forbidden`)."""
+    wanted = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys",
+              sys.base_prefix, sys.prefix, *(p for p in sys.path if p)]
+    forbidden = [os.path.realpath(f) for f in forbidden]
+    folders, links = [], {}
+    for path in wanted:
+        path = os.path.abspath(path)
+        while path != "/" and not os.path.exists(path):  # python311.zip: the folder that would hold it
+            path = os.path.dirname(path)
+        # every symlink on the way, as the student process will meet it (merged /usr: /lib -> usr/lib)
+        walked = "/"
+        for part in path.strip("/").split("/"):
+            here = os.path.join(walked, part)
+            if os.path.islink(here):
+                links[os.path.join(os.path.realpath(walked), part)] = os.readlink(here)
+                walked = os.path.realpath(here)
+            else:
+                walked = here
+        real = os.path.realpath(path)
+        if real == "/" or real in folders:
             continue
-        if any(f == p or f.startswith(p.rstrip("/") + "/") for f in forbidden):
+        if any(f == real or f.startswith(real.rstrip("/") + "/") for f in forbidden):
             continue  # a folder that contains instructor files is never shown
-        keep.append(p)
-    return keep
+        folders.append(real)
+    folders.sort(key=len)
+    top = [p for i, p in enumerate(folders) if not any(p.startswith(q + "/") for q in folders[:i])]
+    inside = (lambda path: any(path == q or path.startswith(q + "/") for q in top))
+    return top, {k: v for k, v in links.items() if not inside(k)}
+
+
+def _bind(root, path):
+    """Make the real folder `path` appear at the same place under `root`, read-only."""
+    target = root + path
+    os.makedirs(target, exist_ok=True)
+    _mount(path, target, None, MS_BIND | MS_REC)
+    st = os.statvfs(path)  # a remount must keep the flags the mount is locked with
+    kept = st.f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
 
 
 PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41}.get(os.uname().machine)
 
 
-def _confine(config):
-    """Enter new namespaces and a private filesystem view; return how, or why not.
-
-    The process forks: the child, PID 1 of a new PID namespace, sets up its
-    mount and network namespaces and reports over a pipe. On success the
-    parent waits and exits as the child does, and the child goes on. If the
-    OS refuses any step, the child exits and the parent goes on, unconfined
-    (resource limits still apply), so that the student still gets graded.
-    """
-    try:
-        _call("unshare", ctypes.c_int(CLONE_NEWPID | (0 if os.geteuid() == 0 else CLONE_NEWUSER)))
-    except OSError as exc:
-        return f"unavailable ({exc})"
-    if os.geteuid() != 0:
-        uid, gid = os.getuid(), os.getgid()  # map ourselves in the new user namespace
+def _confine_namespaces(config):
+    """Enter new namespaces; the caller stays behind as the keeper of PID 1 of the new PID namespace."""
+    uid, gid = os.getuid(), os.getgid()  # read before unsharing: an unmapped namespace shows 65534
+    root_user = os.geteuid() == 0
+    student_uid = _sandbox_uid()  # from this pid: inside, the student process is PID 1
+    _step("unshare")
+    _call("unshare", ctypes.c_int(CLONE_NEWPID | (0 if root_user else CLONE_NEWUSER)))
+    if not root_user:  # map ourselves in the new user namespace
+        _step("uid-map")
         for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
             with open(f"/proc/self/{name}", "w") as fh:
                 fh.write(text)
-    sandbox_uid = SANDBOX_UID_BASE + os.getpid() % 100_000
-    report_r, report_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(report_r)
-        try:
-            _confine_inside(config, sandbox_uid)
-        except Exception as exc:  # OSError, and anything else the OS has in store
-            os.write(report_w, f"unavailable ({exc})".encode()[:500])
-            os._exit(0)
-        os.write(report_w, b"namespaces")
-        os.close(report_w)
-        return "namespaces"
-    os.close(report_w)
-    report = b""
-    while chunk := os.read(report_r, 512):
-        report += chunk
-    os.close(report_r)
-    if report != b"namespaces":
-        os.waitpid(pid, 0)
-        return report.decode(errors="replace") or "unavailable (the confined process died)"
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for fd in (0, 1, _IN, _OUT):
-        os.close(fd)
-    _, status = os.waitpid(pid, 0)  # mirror the exit of the confined process
-    code = os.waitstatus_to_exitcode(status)
-    if code < 0:
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if -code not in (signal.SIGKILL, signal.SIGSTOP):
-            signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-    os._exit(code & 0xFF)
-
-
-def _confine_inside(config, sandbox_uid):
-    """In the new PID namespace: mount, network and filesystem namespaces, then drop privileges."""
-    _call("prctl", ctypes.c_int(PR_SET_PDEATHSIG), ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0),
-          ctypes.c_ulong(0), ctypes.c_ulong(0))
+    _keep()  # the child is PID 1 of the new PID namespace; it goes on
+    _step("unshare-mount")
     _call("unshare", ctypes.c_int(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS))
     if PIVOT_ROOT is None:
         raise OSError(f"pivot_root: unknown on {os.uname().machine}")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    root = config["root"]
+    root = os.path.realpath(config["root"])
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
-    for path in _visible_paths(config.get("forbidden", [])):
+    os.makedirs(root + "/tmp")  # first: Python's folders may live under /tmp; their binds go inside it
+    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=256m")
+    folders, links = _needed_paths(config.get("forbidden", []))
+    for path in folders:
         _bind(root, path)
-    _bind(root, "/dev", writable=True)
+    for link, target in sorted(links.items()):
+        os.makedirs(os.path.dirname(root + link), exist_ok=True)
+        if not os.path.lexists(root + link):
+            os.symlink(target, root + link)
+    os.makedirs(root + "/dev")
+    _mount("/dev", root + "/dev", None, MS_BIND | MS_REC)
     for private in ("/dev/shm", "/dev/mqueue"):  # not the host's: no channel to other processes
         if os.path.isdir(root + private):
             _mount("tmpfs", root + private, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m")
     os.makedirs(root + "/submission")
-    _mount(config["cwd"], root + "/submission", None, MS_BIND | MS_REC)
-    os.makedirs(root + "/tmp")
-    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=256m")
+    _mount(os.path.realpath(config["cwd"]), root + "/submission", None, MS_BIND | MS_REC)
     os.makedirs(root + "/proc")
     try:  # a fresh /proc shows only this PID namespace; some containers forbid it: then no /proc at all
         _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -207,51 +232,180 @@ def _confine_inside(config, sandbox_uid):
         pass
     os.makedirs(root + "/.old")
     os.chdir(root)
+    _step("pivot-root")
     _call("syscall", ctypes.c_long(PIVOT_ROOT), b".", b".old")
     os.chdir("/")
     _call("umount2", b"/.old", ctypes.c_int(MNT_DETACH))
     os.rmdir("/.old")
     _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     os.chdir("/submission")
-    if os.geteuid() == 0:
-        _drop_root(sandbox_uid)
+    if root_user:
+        _drop_root(["/submission"], student_uid)
     else:  # drop the capabilities that the new user namespace gave
+        _step("capset")
         header = (ctypes.c_uint32 * 2)(0x20080522, 0)
         _call("capset", header, (ctypes.c_uint32 * 6)())
-    _call("prctl", ctypes.c_int(PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), ctypes.c_ulong(0),
-          ctypes.c_ulong(0), ctypes.c_ulong(0))
     os.environ["HOME"] = os.environ["TMPDIR"] = "/tmp"
 
 
-def _drop_root(uid):
-    """From root to a uid of its own: every capability goes, and the process limit applies to it."""
-    for dirpath, dirnames, filenames in os.walk(os.getcwd()):
-        for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
-            os.chown(name, uid, uid)
+def _sandbox_uid():
+    return SANDBOX_UID_BASE + os.getpid() % 100_000
+
+
+def _drop_root(writable, uid):
+    """From root to `uid`, a uid of its own that owns the `writable` folders (the sandbox's fresh copy and
+    temp folder, and what they hold): every capability goes, and the process limit counts only this
+    student's processes."""
+    _step("setuid")
+    for folder in writable:
+        if os.path.realpath(folder) == "/":
+            raise SetupFailed("refusing to hand / to the student uid")
+        for name in [folder, *(os.path.join(folder, n) for n in os.listdir(folder))]:
+            os.chown(name, uid, uid, follow_symlinks=False)
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
 
 
-def _others_can_run_python():
-    """Whether a uid other than root can read Python and its packages (needed to drop root unconfined)."""
-    for path in {sys.base_prefix, sys.prefix, *(p for p in sys.path if os.path.isdir(p))}:
-        path = os.path.abspath(path)
-        while True:
-            if not os.stat(path).st_mode & 0o005 == 0o005:
-                return False
-            if path == "/":
-                break
-            path = os.path.dirname(path)
-    return True
+def _landlock_module():
+    spec = importlib.util.spec_from_file_location(
+        "_mha_landlock", os.path.join(os.path.dirname(os.path.abspath(__file__)), "landlock.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_landlock = None
+
+
+def _confine_landlock(config):
+    """Landlock: read the system and Python folders and its copy, write its copy and its private temp folder."""
+    global _landlock
+    _step("landlock")
+    _landlock = _landlock or _landlock_module()
+    folders, _ = _needed_paths(config.get("forbidden", []))
+    writable = [os.path.realpath(config["cwd"]), os.path.realpath(config["home"])]
+    proc = [f"/proc/{os.getpid()}", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/self"]
+    devices = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
+               *(os.path.join("/dev", d) for d in _listdir("/dev") if d.startswith(("nvidia", "dri")))]
+    _landlock.restrict(read=folders + proc, write=writable, devices=devices)
+
+
+def _listdir(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+# -- the keeper ------------------------------------------------------------------
+def _keep():
+    """Fork. The child returns and goes on to run student code; this process stays behind as its keeper and
+    never returns: a child subreaper, it inherits every orphan of the student code (daemons that double-fork
+    and setsid included) and ends them all when the student process ends or SIGTERM arrives."""
+    _step("fork")
+    try:
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    except OSError:
+        pass  # in a new PID namespace the kernel ends everything with its PID 1 anyway
+    keeper = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the keeper gone (killed): the student process goes too
+        if os.getppid() not in (keeper, 0):  # it went before the line above (0: PID 1 of a new PID namespace)
+            os._exit(1)
+        return
+    for fd in (0, 1, _IN, _OUT):  # the protocol belongs to the student process
+        os.close(fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def stop(*_):
+        _end_descendants(pid)
+        os._exit(128 + signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except ChildProcessError:
+            status = 0
+            break
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _end_descendants(pid)
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:  # mirror a death by signal, for the trusted side's message
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code & 0xFF)
+
+
+def _children(me):
+    kids = []
+    for pid in _listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as fh:
+                    if int(fh.read().rsplit(b")", 1)[1].split()[1]) == me:
+                        kids.append(int(pid))
+            except (OSError, ValueError, IndexError):
+                continue
+    return kids
+
+
+def _end_descendants(first):
+    """Kill `first` and every process that ends up a child of this subreaper, until none is left."""
+    me = os.getpid()
+    try:
+        os.kill(first, signal.SIGKILL)
+    except OSError:
+        pass
+    for _ in range(500):  # each round ends one generation; orphans of the killed come to us
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            return
+        for kid in _children(me):
+            try:
+                os.kill(kid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.002)
+
+
+# -- limits ------------------------------------------------------------------------
+def _tasks_of(uid):
+    """Processes and threads of real uid `uid` that this process can see (what RLIMIT_NPROC counts)."""
+    count = 0
+    for pid in _listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                fields = dict(line.split(":", 1) for line in fh if ":" in line)
+            if int(fields["Uid"].split()[0]) == uid:
+                count += int(fields["Threads"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return max(count, 1)
 
 
 def _apply_limits(limits):
-    """Resource limits of this process and everything it starts; hitting one ends only student code."""
+    """Resource limits of this process and everything it starts; hitting one ends only student code.
+
+    RLIMIT_NPROC counts every process and thread of the real uid (in its user namespace), so the limit is
+    set at what that uid already runs plus the student's allowance: however many threads the grading user
+    has, student code may start `processes` more, and no other.
+    """
+    _step("setrlimit")
+    processes = limits.get("processes")
     pairs = {
         resource.RLIMIT_CPU: limits.get("cpu_seconds"),
         resource.RLIMIT_AS: limits.get("memory_bytes"),
-        resource.RLIMIT_NPROC: limits.get("processes"),
+        resource.RLIMIT_NPROC: None if processes is None else _tasks_of(os.getuid()) + int(processes),
         resource.RLIMIT_FSIZE: limits.get("output_bytes"),
         resource.RLIMIT_CORE: 0,
     }
@@ -261,29 +415,74 @@ def _apply_limits(limits):
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # too much output: the write fails with EFBIG instead
 
 
+def _check_python_readable():
+    """The confined process must still read Python and torch (a uid that cannot read them fails here)."""
+    _step("read-python")
+    for path in {sys.base_prefix, sys.prefix, *(p for p in sys.path if os.path.isdir(p))}:
+        os.listdir(path)
+    with open(os.__file__, "rb") as fh:
+        fh.read(1)
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        raise OSError("torch cannot be found from the confined process")
+    with open(spec.origin, "rb") as fh:
+        fh.read(1)
+
+
 def _enter(config):
-    """Confine this process before any student code runs (see the module's docstring)."""
-    global _SUBMISSION
+    """Confine this process at the chosen level before any student code runs (see the module's docstring).
+
+    Returns the level. Any refusal ends the process with a handshake that says why (`_fail`)."""
+    global _REFUSE, _SUBMISSION
     _redirect(config["log"])
-    isolation = _confine(config) if config.get("isolate") else "off"
-    if isolation != "namespaces" and os.geteuid() == 0 and _others_can_run_python():
-        _drop_root(SANDBOX_UID_BASE + os.getpid() % 100_000)  # still: no root powers, a process limit that holds
-    _apply_limits(config.get("limits", {}))
-    _SUBMISSION = os.path.realpath(os.getcwd())
-    sys.path.insert(0, _SUBMISSION)
-    return isolation
+    _REFUSE = frozenset(config.get("refuse", ()))
+    level = config.get("isolation", "none")
+    step = "confinement"
+    try:
+        if level not in LEVELS:
+            raise SetupFailed(f"unknown isolation level {level!r}")
+        if level == "namespaces":
+            _confine_namespaces(config)
+        else:
+            _keep()
+            if os.geteuid() == 0:  # never root: a uid of its own, that owns its copy and its temp folder
+                _drop_root([config["cwd"], config["home"]], _sandbox_uid())
+        step = "limits"
+        _apply_limits(config.get("limits", {}))
+        if level == "landlock":
+            step = "landlock"
+            _confine_landlock(config)
+        step = "reading Python"
+        _check_python_readable()
+    except (OSError, SetupFailed, ImportError, ValueError) as exc:
+        _fail(f"{level} isolation failed at {step} (as uid {os.getuid()}): {exc}")
+    _SUBMISSION = os.path.realpath(os.getcwd())  # on sys.path only once the handshake is sent
+    return level
+
+
+def _import_failed(exc):
+    limits = _CONFIG.get("limits", {}) if "_CONFIG" in globals() else {}
+    hint = ""
+    if isinstance(exc, MemoryError) and limits.get("memory_bytes"):
+        hint = f" (the memory limit, {limits['memory_bytes'] / (1 << 20):g} MiB, is too small for Python and torch)"
+    _fail(f"importing torch failed: {type(exc).__name__}: {exc}{hint}")
 
 
 if __name__ == "__main__":  # confined before torch is imported: unsharing needs a single thread
     _CONFIG = json.loads(sys.argv[1])
     _ISOLATION = _enter(_CONFIG)
-    if _CONFIG.get("probe"):  # autograder.sandbox.isolation_available()
-        _write(_OUT, _ISOLATION.encode())
+    if _CONFIG.get("probe"):  # autograder.sandbox.probe(): how far confinement goes here
+        _handshake(ready=True, isolation=_ISOLATION, pid=os.getpid())
         os._exit(0)
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+try:
+    import torch  # noqa: E402
+    from torch import nn  # noqa: E402
+    from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+except BaseException as _exc:  # MemoryError under a small memory limit, a broken install
+    if __name__ == "__main__":
+        _import_failed(_exc)
+    raise
 
 torch.set_num_threads(1)
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -350,10 +549,7 @@ def _recv():
 def _send(obj):
     buf = io.BytesIO()
     _save(obj, buf, _use_new_zipfile_serialization=False)  # the legacy format is faster for small messages
-    data = buf.getvalue()
-    view = memoryview(struct.pack(">Q", len(data)) + data)
-    while view:
-        view = view[_write(_OUT, view):]
+    _frame(buf.getvalue())
 
 
 class PatternDropout(nn.Module):
@@ -575,9 +771,10 @@ def forked(request, fds):
 
 
 def main(isolation, warm=True):
+    sys.path.insert(0, _SUBMISSION)  # from here on, imports may find student files
     if warm:
         _warming.start()
-    _send({"ok": True, "ready": True, "pid": os.getpid(), "isolation": isolation})
+    _handshake(ready=True, pid=os.getpid(), isolation=isolation)
     while True:
         req = _recv()
         try:

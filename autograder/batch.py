@@ -23,29 +23,33 @@ from autograder import MODULES
 from autograder.engine import SubmissionError, WarmServers, grade
 from autograder.feedback import to_html, to_markdown
 from autograder.results import GradeReport
+from autograder.sandbox import GraderUnavailable
 
 GRADEBOOK = "gradebook.csv"
-COLUMNS = ["id", "total", *MODULES, "status", "grading_time_s", "error"]
+COLUMNS = ["id", "total", *MODULES, "status", "isolation", "grading_time_s", "error"]
 
 
 @dataclass
 class Row:
     id: str
-    total: float
+    total: float | None  # None: no score (status "error": the submission could not be graded)
     modules: dict
     status: str  # graded | timeout | error
     seconds: float
     error: str = ""
-    isolation: str = ""  # not in the gradebook: for the one-line note of grade-all
+    isolation: str = ""  # how student code was confined (autograder.LEVELS)
 
     def as_csv(self):
-        return {"id": self.id, "total": f"{self.total:g}", **{m: f"{self.modules.get(m, 0):g}" for m in MODULES},
-                "status": self.status, "grading_time_s": f"{self.seconds:.1f}", "error": self.error}
+        scores = {"total": "", **{m: "" for m in MODULES}} if self.total is None else {
+            "total": f"{self.total:g}", **{m: f"{self.modules.get(m, 0):g}" for m in MODULES}}
+        return {"id": self.id, **scores, "status": self.status, "isolation": self.isolation,
+                "grading_time_s": f"{self.seconds:.1f}", "error": self.error}
 
     @classmethod
     def from_csv(cls, rec):
-        return cls(rec["id"], float(rec["total"]), {m: float(rec[m]) for m in MODULES}, rec["status"],
-                   float(rec["grading_time_s"]), rec.get("error", ""))
+        number = (lambda text: float(text) if text not in ("", None) else None)
+        return cls(rec["id"], number(rec["total"]), {m: number(rec[m]) for m in MODULES}, rec["status"],
+                   float(rec["grading_time_s"]), rec.get("error", ""), rec.get("isolation", ""))
 
 
 def discover(folder: Path) -> list[tuple[str, Path]]:
@@ -80,13 +84,16 @@ def write_gradebook(out: Path, rows: dict[str, Row]):
 def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: float = 10.0, **options) -> Row:
     """Grade one submission and write its files; never raises for a bad submission.
 
-    `options` go to autograder.engine.grade (limits, isolate, servers).
+    `options` go to autograder.engine.grade (limits, isolation, servers, python).
     """
     start = time.monotonic()
     try:
         report = grade(path, timeout=timeout, call_timeout=call_timeout, **options)
     except SubmissionError as exc:
         report = GradeReport(submission=sub_id, status="error", error=str(exc))
+    except GraderUnavailable as exc:  # the grader's failure: an error row, never a 0
+        report = GradeReport(submission=sub_id, status="error", error=f"the grader could not run student code: "
+                             f"{exc}", grader_failure=True, isolation=options.get("isolation", ""))
     except Exception as exc:  # the batch goes on whatever happens to one submission
         report = GradeReport(submission=sub_id, status="error", error=f"{type(exc).__name__}: {exc}")
     report.submission = sub_id
@@ -97,7 +104,8 @@ def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: 
     _write_atomic(folder / "feedback.html", to_html(report))
     modules = {m: earned for m, (earned, _) in report.modules().items()}
     error = report.error.splitlines()[0] if report.error else ""
-    return Row(sub_id, report.score, modules, report.status, time.monotonic() - start, error, report.isolation)
+    total = None if report.status == "error" else report.score
+    return Row(sub_id, total, modules, report.status, time.monotonic() - start, error, report.isolation)
 
 
 def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool = False, timeout: float = 300.0,
@@ -120,7 +128,7 @@ def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool =
     with ExitStack() as stack:
         if warm and todo:
             try:
-                options["servers"] = stack.enter_context(WarmServers())
+                options["servers"] = stack.enter_context(WarmServers(python=options.get("python")))
             except (OSError, RuntimeError):
                 pass  # cold gradings: slower, same results
         with ThreadPoolExecutor(max_workers=jobs) as pool:

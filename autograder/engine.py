@@ -124,14 +124,14 @@ class WarmServers:
     to `grade(..., servers=...)`.
     """
 
-    def __init__(self):
+    def __init__(self, python=None):
         from autograder.forkserver import Server
         from autograder.sandbox import _child_env
 
         self.grader = Server("grader", env=grader_env())
         try:
             home = tempfile.mkdtemp(prefix="mha-zygote-home-")
-            self.zygote = Server("student", env=_child_env(home), isolated=True)
+            self.zygote = Server("student", env=_child_env(home), isolated=True, python=python or sys.executable)
         except BaseException:
             self.grader.close()
             raise
@@ -148,7 +148,7 @@ class WarmServers:
 
 
 GRADER_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
-              "VIRTUAL_ENV")
+              "VIRTUAL_ENV", "MHA_REFUSE")
 
 
 def grader_env():
@@ -199,30 +199,35 @@ def _run_graders(args, cwd, timeout, servers, key):
     return log.read_text(errors="replace")[-8000:] if log.exists() else ""
 
 
-def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, isolate=True,
-          servers=None) -> GradeReport:
+def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, isolation="auto",
+          require_isolation=None, servers=None, python=None) -> GradeReport:
     """Grade the submission at `path` (a folder, a zip or a notebook).
 
-    Raises SubmissionError only when the submission cannot be read at all.
+    Raises SubmissionError when the submission cannot be read at all, and
+    GraderUnavailable (autograder.sandbox) when the grader cannot run student
+    code here: isolation refused below `require_isolation`, a student process
+    that cannot start. Neither is ever turned into a score.
 
     `select` is an optional pytest -k expression to run a subset of the
     graders. `limits` (autograder.sandbox.Limits) bounds each student process;
-    `isolate=False` skips the Linux namespaces. `servers` (WarmServers) makes
-    a batch fast.
+    `isolation` is "auto" (the strongest level that works here, probed once
+    per process) or one of "namespaces", "landlock", "none". `servers`
+    (WarmServers) makes a batch fast. `python` is the interpreter of the
+    student process (default: this one; it needs torch).
     """
-    from autograder.sandbox import Limits
+    from autograder.sandbox import GraderUnavailable, Limits, choose_isolation
 
     start, wall_start = time.monotonic(), time.time()
     report = GradeReport(submission=str(path))
     limits = limits or Limits()
+    python = python or sys.executable
+    level = choose_isolation(isolation, require_isolation, python=python)
     with prepared(path) as folder, tempfile.TemporaryDirectory(prefix="mha-grade-") as tmp:
         results_file = Path(tmp) / "results.json"
         args = [str(GRADERS), "-c", str(GRADERS / "pytest.ini"), "--rootdir", str(GRADERS),
                 "-p", "autograder.plugin", "-q", "--no-header", "--submission", str(folder.resolve()),
                 "--results-file", str(results_file), "--call-timeout", str(call_timeout),
-                "--limits", json.dumps(asdict(limits))]
-        if not isolate:
-            args.append("--no-isolation")
+                "--limits", json.dumps(asdict(limits)), "--isolation", level, "--student-python", python]
         if servers is not None:
             args += ["--zygote", servers.zygote.address]
         if select:
@@ -237,13 +242,15 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
         if data is False:
             report.status, report.error = "error", ("the results file was not written by the graders (its "
                                                     "signature does not match): nothing of it is used")
+        elif data is not None and data.get("grader_failure"):
+            raise GraderUnavailable(data["grader_failure"])
         elif data is not None:
             report.tests = [TestResult(**t) for t in data["tests"]]
             report.student_output = data.get("student_output", "")
             report.isolation = data.get("isolation") or ""
             report.timings = _timings(wall_start, data.get("times", {}), report.tests)
         elif report.status == "graded":
-            report.status, report.error = "error", "the graders did not run" + _error_lines(log)
+            raise GraderUnavailable("the graders did not run" + _error_lines(log))
     report.execution_time = time.monotonic() - start
     if report.timings:
         report.timings["total"] = round(report.execution_time, 3)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.sandbox import Limits, Sandbox, StudentError
+from autograder.sandbox import LEVELS, GraderUnavailable, Limits, Sandbox, StudentError
 
 _SANDBOX = pytest.StashKey[Sandbox]()
 _RESULTS = pytest.StashKey[list]()
@@ -34,12 +34,15 @@ def pytest_addoption(parser):
                     help="a file descriptor to read the key that signs the results from (HMAC-SHA256)")
     group.addoption("--call-timeout", type=float, default=10.0, help="seconds allowed for one call into student code")
     group.addoption("--limits", default="{}", help="limits of the student process, as JSON (autograder.sandbox.Limits)")
-    group.addoption("--no-isolation", action="store_true", help="run the student process without Linux namespaces")
+    group.addoption("--isolation", choices=["auto", *LEVELS], default="auto",
+                    help="how the student process is confined (autograder.sandbox.choose_isolation)")
+    group.addoption("--student-python", default=sys.executable, help="the interpreter of the student process")
     group.addoption("--zygote", help="address of a warm student zygote (autograder.forkserver)")
 
 
 _TIMES = pytest.StashKey[dict]()
 _KEY = pytest.StashKey[bytes]()
+_FAILURE = pytest.StashKey[str]()  # why the grader could not run student code (GraderUnavailable)
 
 
 def pytest_configure(config):
@@ -54,7 +57,8 @@ def pytest_configure(config):
     if submission:
         sandbox = Sandbox(submission, call_timeout=config.getoption("call_timeout"),
                           limits=Limits(**json.loads(config.getoption("limits"))),
-                          isolate=not config.getoption("no_isolation"), zygote=config.getoption("zygote"))
+                          isolation=config.getoption("isolation"), zygote=config.getoption("zygote"),
+                          python=config.getoption("student_python"))
         sandbox.start()
         config.stash[_SANDBOX] = sandbox
 
@@ -110,6 +114,11 @@ def pytest_runtest_makereport(item, call):
     marker = item.get_closest_marker("grade")
     if marker is None:
         return
+    if call.excinfo is not None and isinstance(call.excinfo.value, GraderUnavailable):
+        # the grader's failure, not the student's: no check is recorded, and the grading stops here
+        item.config.stash[_FAILURE] = str(call.excinfo.value)
+        item.session.shouldstop = "the grader cannot run student code"
+        return
     if report.when == "call" or (report.when == "setup" and not report.passed):
         entry = {
             "id": item.nodeid.split("::")[-1],
@@ -146,6 +155,9 @@ def pytest_sessionfinish(session, exitstatus):
     times["finished"] = time.time()
     path = config.getoption("results_file")
     if path:
+        failure = config.stash.get(_FAILURE, None)
+        if failure is not None:
+            extra["grader_failure"] = failure
         payload = json.dumps({"tests": config.stash[_RESULTS], **extra}).encode()
         key = config.stash.get(_KEY, b"")
         signature = hmac.new(key, payload, hashlib.sha256).hexdigest()

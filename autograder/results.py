@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from autograder import MODULES
+from autograder import LEVEL_HELP, MODULES
 
 
 @dataclass
@@ -43,7 +43,8 @@ class GradeReport:
     execution_time: float = 0.0
     student_output: str = ""
     timings: dict = field(default_factory=dict)
-    isolation: str = ""  # how the student process was confined: "namespaces", "off", "unavailable (why)"
+    isolation: str = ""  # how the student process was confined: "namespaces", "landlock" or "none"
+    grader_failure: bool = False  # the grader could not run student code (status "error"): no score at all
 
     @property
     def earned(self):
@@ -78,7 +79,7 @@ class GradeReport:
             "submission": self.submission,
             "status": self.status,
             "error": self.error,
-            "score": self.score,
+            "score": None if self.grader_failure else self.score,
             "earned": self.earned,
             "available": self.available,
             "execution_time": round(self.execution_time, 3),
@@ -86,6 +87,7 @@ class GradeReport:
             "tests": [{**asdict(t), "score": t.score, "max_score": t.max_score, "tags": t.tags} for t in self.tests],
             "timings": self.timings,
             "isolation": self.isolation,
+            "grader_failure": self.grader_failure,
         }
 
     def to_gradescope(self):
@@ -106,9 +108,11 @@ class GradeReport:
                 "visibility": "visible",
             })
         result = {"score": self.score, "execution_time": round(self.execution_time, 3),
-                  "output": self.summary_line(), "tests": tests, "visibility": "visible",
-                  "stdout_visibility": "hidden"}
-        if self.status != "graded":
+                  "output": f"{self.summary_line()}\n{self.isolation_line()}".strip(), "tests": tests,
+                  "visibility": "visible", "stdout_visibility": "hidden"}
+        if self.grader_failure:  # run_autograder exits non-zero too: Gradescope shows a failure, not this 0
+            result["output"] = f"Autograder failure, not a grade: {self.error}"
+        elif self.status != "graded":
             result["output"] = f"{self.summary_line()}\n{self.error}"
         return result
 
@@ -118,6 +122,10 @@ class GradeReport:
 
     def to_text(self, color=False):
         lines = [f"Grading {self.submission}"]
+        if self.isolation:
+            lines.append(self.isolation_line())
+        if self.grader_failure:
+            return "\n".join([*lines, f"  GRADER FAILURE (no score): {self.error}"])
         if self.status != "graded":
             lines.append(f"  {self.status.upper()}: {self.error}")
         lines.append("")
@@ -138,17 +146,21 @@ class GradeReport:
             lines += ["", f"Not graded on this machine ({len(skipped)} checks, {pts:g} points): "
                       + "; ".join(sorted({t.message for t in skipped}))]
         lines += ["", self.summary_line()]
-        if self.isolation_note():
-            lines += [self.isolation_note()]
         return "\n".join(lines)
 
+    def isolation_line(self):
+        """How the student code was confined, in one line ("" when unknown)."""
+        if not self.isolation:
+            return ""
+        return f"Isolation: {self.isolation} ({LEVEL_HELP.get(self.isolation, 'unknown level')})"
+
     def isolation_note(self):
-        """A line for the instructor when student code ran without namespaces, else ""."""
+        """A line for the instructor when student code ran below the namespaces level, else ""."""
         if not self.isolation or self.isolation == "namespaces":
             return ""
-        why = "turned off" if self.isolation == "off" else self.isolation
-        return (f"Note: student code ran without Linux-namespace isolation ({why}); resource limits applied, "
-                "and results are written by the grader only.")
+        return (f"Note: student code ran at the {self.isolation} isolation level, not in Linux namespaces; "
+                "resource limits applied, and results are written by the grader only. "
+                "--require-isolation LEVEL refuses to grade below a level.")
 
     def render(self, fmt):
         if fmt == "text":

@@ -7,6 +7,12 @@ run its forward pass) and reads back plain tensors with
 `torch.load(weights_only=True)`. Every request has a timeout. A child that
 hangs is killed, one that dies is restarted, and a module that crashes the
 child twice is not run again: its remaining checks fail at once.
+
+How the child is confined (`namespaces`, `landlock` or `none`, strongest
+first) is decided once per grader run by `choose_isolation`, which probes
+each level in a throwaway process. A child that cannot start (before its
+handshake, no student code has run) raises `GraderUnavailable`: the
+grader's failure, never the student's 0.
 """
 from __future__ import annotations
 
@@ -21,12 +27,28 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from autograder import MODULES
+from autograder import LEVELS, MODULES
 from autograder.forkserver import Worker
+
+REMEDY = {
+    "namespaces": ("allow user namespaces (on Ubuntu 23.10 and later: sudo sysctl -w "
+                   "kernel.apparmor_restrict_unprivileged_userns=0), or run the grader as root, e.g. in a "
+                   "container whose seccomp profile allows unshare"),
+    "landlock": "use Linux 5.13 or later with Landlock enabled (lsm=...,landlock on the kernel command line)",
+    "readable": ("student code never runs as root, and the uid it runs as must read Python and torch: run the "
+                 "grader with a Python that other users can read (e.g. a venv made from /usr/bin/python3), or "
+                 "as a normal user"),
+}
+
+
+def remedy(level, why):
+    """What to do about `level` failing for the reason `why`."""
+    return REMEDY["readable" if "reading Python" in why or level == "none" else level]
 
 CHILD = Path(__file__).with_name("_child.py")
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +77,14 @@ class Limits:
         return f"{value:g} s" if which == "cpu_seconds" else str(value)
 
 
+
+
+class GraderUnavailable(Exception):
+    """The grader cannot run student code here (isolation refused, a student process that cannot start).
+
+    Never the student's fault: `grade` exits 2 with this message, `grade-all` records an `error` row
+    (no score), and no report turns it into a 0.
+    """
 
 
 class StudentError(Exception):
@@ -86,28 +116,121 @@ def _child_env(home):
     return env
 
 
+def refusals(probe):
+    """Confinement steps to refuse on purpose, from MHA_REFUSE (the kit's tests): "mount,landlock" refuses
+    them everywhere, "mount@student" only in real student processes (not in the probes), so that the engine's
+    handling of a student process that cannot start can be seen."""
+    out = []
+    for item in filter(None, (x.strip() for x in os.environ.get("MHA_REFUSE", "").split(","))):
+        step, _, where = item.partition("@")
+        if not where or (where == "student" and not probe):
+            out.append(step)
+    return out
+
+
+def _read_handshake(fd, deadline):
+    """The student process's first frame (JSON); EOFError or TimeoutError when it ends or hangs first."""
+    def exactly(n):
+        data = b""
+        while len(data) < n:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+                raise TimeoutError
+            chunk = os.read(fd, n - len(data))
+            if not chunk:
+                raise EOFError
+            data += chunk
+        return data
+
+    (size,) = struct.unpack(">Q", exactly(8))
+    if size > 1 << 16:
+        raise ValueError(f"a handshake of {size} bytes")
+    answer = json.loads(exactly(size))
+    if not isinstance(answer, dict):
+        raise ValueError("a handshake that is not an object")
+    return answer
+
+
 _PROBED = {}
+_PROBE_LOCK = threading.Lock()
 
 
-def isolation_available(python=sys.executable):
-    """How a student process would be confined here: (True, "namespaces") or (False, why not).
+def probe(level, python=sys.executable):
+    """Why a student process cannot be confined at `level` here, or None when it can.
 
-    Starts one confined process that exits before it imports torch (about 0.1 s); cached.
+    Starts one throwaway process that confines itself at that level, applies the limits, checks it can
+    still read Python and torch, and exits before importing torch (about 0.1 s); cached per process.
     """
-    if python not in _PROBED:
-        with tempfile.TemporaryDirectory(prefix="mha-probe-") as tmp:
-            (Path(tmp) / "work").mkdir()
-            (Path(tmp) / "root").mkdir()
-            config = {"probe": True, "isolate": True, "log": os.devnull, "cwd": f"{tmp}/work", "root": f"{tmp}/root",
-                      "limits": {}, "forbidden": [str(ROOT / name) for name in INSTRUCTOR_ONLY]}
+    key = (python, level, tuple(refusals(True)))
+    with _PROBE_LOCK:
+        if key not in _PROBED:
+            _PROBED[key] = _probe(level, python)
+        return _PROBED[key]
+
+
+def _probe(level, python):
+    with tempfile.TemporaryDirectory(prefix="mha-probe-") as tmp:
+        tmp = Path(tmp)
+        os.chmod(tmp, 0o711)
+        for name in ("work", "home", "root"):
+            (tmp / name).mkdir(mode=0o700)
+        config = {"probe": True, "isolation": level, "log": str(tmp / "log"), "cwd": str(tmp / "work"),
+                  "home": str(tmp / "home"), "root": str(tmp / "root"), "limits": asdict(Limits()),
+                  "forbidden": forbidden_paths(), "refuse": refusals(True)}
+        try:
+            proc = subprocess.Popen([python, "-I", str(CHILD), json.dumps(config)], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=tmp / "work",
+                                    env=_child_env(tmp / "home"), start_new_session=True)
+        except OSError as exc:
+            return f"cannot start {python}: {exc}"
+        try:
+            answer = _read_handshake(proc.stdout.fileno(), time.monotonic() + 60)
+        except (EOFError, TimeoutError, ValueError, struct.error) as exc:
+            log = (tmp / "log").read_text(errors="replace").strip().splitlines()[-1:] if (tmp / "log").exists() else []
+            answer = {"ready": False, "error": f"the probe process ended without a word ({type(exc).__name__}"
+                                               f"{': ' + log[0][:300] if log else ''})"}
+        finally:
             try:
-                proc = subprocess.run([python, "-I", str(CHILD), json.dumps(config)], capture_output=True,
-                                      timeout=60, cwd=f"{tmp}/work", env=_child_env(tmp))
-                how = proc.stdout.decode(errors="replace").strip() or f"unavailable (exit code {proc.returncode})"
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                how = f"unavailable ({exc})"
-        _PROBED[python] = (how == "namespaces", how)
-    return _PROBED[python]
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait()
+            proc.stdout.close()
+    if answer.get("ready") and answer.get("isolation") == level:
+        return None
+    return str(answer.get("error") or "the probe did not confirm the level")
+
+
+def choose_isolation(requested="auto", require=None, python=sys.executable):
+    """The level student code will run at: `requested`, or with "auto" the strongest that works here.
+
+    Raises GraderUnavailable, naming the cause and the remedy, when the requested level does not work or
+    the level is below `require`.
+    """
+    if requested not in ("auto", *LEVELS):
+        raise ValueError(f"unknown isolation level {requested!r}")
+    tried = {}
+    for level in LEVELS if requested == "auto" else (requested,):
+        tried[level] = probe(level, python)
+        if tried[level] is None:
+            break
+    else:
+        causes = "; ".join(f"{lvl}: {why}" for lvl, why in tried.items())
+        remedies = " ".join(sorted({f"{remedy(lvl, why).capitalize()}." for lvl, why in tried.items()}))
+        raise GraderUnavailable(f"cannot confine student code at {' or '.join(tried)} isolation here ({causes}). "
+                                f"Remedy: {remedies}")
+    if require is not None and LEVELS.index(level) > LEVELS.index(require):
+        refused = {lvl: why for lvl, why in tried.items() if why}
+        causes = "; ".join(f"{lvl}: {why}" for lvl, why in refused.items())
+        remedies = " ".join(sorted({f"{remedy(lvl, why).capitalize()}." for lvl, why in refused.items()}))
+        raise GraderUnavailable(f"--require-isolation {require}, but the strongest level that works here is "
+                                f"{level} ({causes}). Remedy: {remedies}")
+    return level
+
+
+def forbidden_paths(*extra):
+    """What a student process never sees: the kit's instructor files, and `extra` (its own original)."""
+    return [str(ROOT / name) for name in INSTRUCTOR_ONLY] + [str(Path(p).resolve()) for p in extra]
 
 
 class _Forked(Worker):
@@ -133,20 +256,21 @@ class Sandbox:
     """One student process serving the requests of a whole grading run."""
 
     def __init__(self, submission, *, call_timeout=10.0, start_timeout=60.0, python=sys.executable,
-                 limits=Limits(), isolate=True, zygote=None):
+                 limits=Limits(), isolation="auto", zygote=None):
         self.submission = Path(submission)
         self.call_timeout = call_timeout
         self.start_timeout = start_timeout
         self.python = python
         self.limits = limits
-        self.isolate = isolate
+        self.level = isolation  # "auto" until the first start decides (choose_isolation)
         self.zygote = zygote  # address of a warm student zygote (autograder.forkserver), or None
         self.isolation = None  # how the last student process was confined, as it reported
         self.available = {m for m in MODULES if (self.submission / f"{m}.py").is_file()}
         self._tmp = Path(tempfile.mkdtemp(prefix="mha-sandbox-"))
+        os.chmod(self._tmp, 0o711)  # a student uid of its own may pass through to its copy, never list
         self._work = self._tmp / "work"
         self._home = self._tmp / "home"
-        self._home.mkdir()
+        self._home.mkdir(mode=0o700)
         self._log = self._tmp / "student-output.log"
         self._proc = None
         self._ready = False
@@ -162,9 +286,11 @@ class Sandbox:
         """Start the child now (it imports torch while the caller does other work)."""
         if self._proc is not None:
             return
+        if self.level == "auto":
+            self.level = choose_isolation("auto", python=self.python)
         if self._work.exists():
             shutil.rmtree(self._work)
-        self._work.mkdir()
+        self._work.mkdir(mode=0o700)
         for name in os.listdir(self.submission):
             src = self.submission / name
             if src.is_file() and name.endswith(".py"):
@@ -174,9 +300,10 @@ class Sandbox:
         self.started_at = time.time()
         root = self._tmp / f"root-{self._generation}"
         root.mkdir()
-        config = {"log": str(self._log), "cwd": str(self._work), "root": str(root), "isolate": self.isolate,
-                  "limits": asdict(self.limits), "env": _child_env(self._home),
-                  "forbidden": [str(ROOT / name) for name in INSTRUCTOR_ONLY] + [str(self.submission.resolve())]}
+        self._log_mark = self._log.stat().st_size if self._log.exists() else 0
+        config = {"log": str(self._log), "cwd": str(self._work), "home": str(self._home), "root": str(root),
+                  "isolation": self.level, "limits": asdict(self.limits), "env": _child_env(self._home),
+                  "forbidden": forbidden_paths(self.submission), "refuse": refusals(False)}
         self._proc = None
         if self.zygote:
             try:
@@ -191,8 +318,15 @@ class Sandbox:
             )
 
     def _kill(self):
+        """End the student process and everything it started: its keeper (see _child.py) ends them all on
+        SIGTERM; the process group is killed outright if the keeper does not finish in time."""
         if self._proc is None:
             return
+        try:
+            os.kill(self._proc.pid, signal.SIGTERM)
+            self._proc.wait(timeout=3)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
         try:
             os.killpg(self._proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -266,16 +400,46 @@ class Sandbox:
         return torch.load(io.BytesIO(data), weights_only=True)
 
     def _ensure_ready(self):
+        """Start the student process if needed and wait for its handshake; GraderUnavailable if it fails.
+
+        No student code runs before the handshake, so a process that fails before it is the grader's failure.
+        """
         if self._proc is None:
             self.start()
             self.restarts += self._generation > 1
-        if not self._ready:
-            answer = self._read(time.monotonic() + self.start_timeout)
-            if not answer.get("ready"):
-                raise EOFError
-            self.isolation = answer.get("isolation")
-            self._ready = True
-            self.ready_at = time.time()
+        if self._ready:
+            return
+        try:
+            answer = _read_handshake(self._proc.stdout.fileno(), time.monotonic() + self.start_timeout)
+            why = None if answer.get("ready") else str(answer.get("error", "no reason given"))
+        except TimeoutError:
+            why = f"no handshake within {self.start_timeout:g} s"
+        except (EOFError, OSError, ValueError, struct.error) as exc:
+            code = self._proc.poll()
+            try:
+                code = self._proc.wait(timeout=2) if code is None else code
+            except subprocess.TimeoutExpired:
+                pass
+            why = f"it ended before its handshake (exit code {code}; {type(exc).__name__})"
+            tail = self._log_since_start(400)
+            if tail:
+                why += f"; its last output: {tail!r}"
+        if why is not None:
+            self._kill()
+            raise GraderUnavailable(f"the process for student code could not start at {self.level} isolation: "
+                                    f"{why}")
+        self.isolation = answer.get("isolation")
+        self._ready = True
+        self.ready_at = time.time()
+
+    def _log_since_start(self, limit):
+        """What the current student process printed before its handshake (no student code: only ours)."""
+        try:
+            with open(self._log, "rb") as fh:
+                fh.seek(self._log_mark)
+                return fh.read()[-limit:].decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
 
     # -- requests -----------------------------------------------------------
     def request(self, owner, op, timeout=None, context="your code", **fields):
@@ -291,11 +455,7 @@ class Sandbox:
                 f"not run: {module}.py already crashed or timed out {MAX_STRIKES} times "
                 f"({self.strikes[module][-1]})", "gave-up")
         timeout = self.call_timeout if timeout is None else timeout
-        try:
-            self._ensure_ready()
-        except (EOFError, TimeoutError, OSError, ValueError, struct.error):
-            self._kill()
-            raise StudentError("the process for student code could not start", "crashed") from None
+        self._ensure_ready()
         try:
             self._write({"op": op, **fields})
             answer = self._read(time.monotonic() + timeout)

@@ -1,4 +1,5 @@
 """Shared fixtures of the kit's own tests."""
+import os
 from pathlib import Path
 
 import pytest
@@ -21,3 +22,60 @@ def reference_report():
 def template_report():
     """The untouched student template, graded once for the session."""
     return grade(TEMPLATE)
+
+
+def _readable_python():
+    """(interpreter, None) that any uid can run, with this interpreter's packages, or (None, why not).
+
+    Root never runs student code as root: below the namespaces level it drops to a uid of its own, which
+    must read Python and torch. A venv made from /usr/bin/python3 whose site-packages reach this
+    interpreter's through a .pth file gives such a uid an interpreter (as on a CI runner or in Docker).
+    """
+    import site
+    import subprocess
+    import sys
+    import tempfile
+
+    base = Path("/usr/bin/python3")
+    if not base.exists():
+        return None, "no /usr/bin/python3 to make a venv that other users can run"
+    version = subprocess.run([str(base), "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                             text=True).stdout.strip()
+    if version != str(tuple(sys.version_info[:2])):
+        return None, f"/usr/bin/python3 is {version}, the kit's venv {tuple(sys.version_info[:2])}"
+    folder = Path(tempfile.mkdtemp(prefix="mha-readable-python-"))
+    folder.chmod(0o755)
+    subprocess.run([str(base), "-m", "venv", "--without-pip", str(folder / "venv")], check=True)
+    packages = next((folder / "venv" / "lib").glob("python3*/site-packages"))
+    (packages / "kit.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    python = folder / "venv" / "bin" / "python"
+    check = [str(python), "-c", "import importlib.util as u; open(u.find_spec('torch').origin).close()"]
+    if os.geteuid() == 0:
+        check = ["setpriv", f"--reuid={SPARE_UID}", f"--regid={SPARE_UID}", "--clear-groups", *check]
+    proc = subprocess.run(check, capture_output=True, text=True)
+    if proc.returncode:
+        return None, f"uid {SPARE_UID} cannot read the kit's packages ({proc.stderr.strip()[-200:]})"
+    return str(python), None
+
+
+SPARE_UID = 65534  # nobody: the unprivileged user the kit's tests grade as
+
+
+@pytest.fixture(scope="session")
+def readable_python():
+    """An interpreter with the kit's packages that an unprivileged uid can run (skips, saying why, if none)."""
+    python, why = _readable_python()
+    if python is None:
+        pytest.skip(why)
+    return python
+
+
+@pytest.fixture(scope="session")
+def student_python(request):
+    """The interpreter for student processes at the landlock and none levels: this one, except as root, where
+    the student uid must be able to read it (readable_python)."""
+    import sys
+
+    if os.geteuid() != 0:
+        return sys.executable
+    return request.getfixturevalue("readable_python")

@@ -20,21 +20,23 @@ if its attack worked. For each, the grading must
 an attacking one side by side: the attacker must neither earn with nor see
 the other student's code.
 
-Cases that need what the sandbox does not provide (Linux-namespace isolation,
-a process limit, a memory limit) are skipped with the reason. To see that a
-case can fail, run it where its protection is missing:
+Cases that need what the sandbox does not provide (isolation: the
+namespaces or landlock level; a process limit, a memory limit) are skipped
+with the reason. The corpus is graded at the strongest level available
+(`auto`), or at the one MHA_ATTACKS_ISOLATION names; tests/test_environments.py
+runs it at the other levels, also as an unprivileged user. To see that a case
+can fail, run it where its protection is missing:
 
-    MHA_ATTACKS_FORCE=1      run the cases whose needs are not met
-    MHA_ATTACKS_ISOLATE=0    grade with isolate=False (no Linux namespaces)
+    MHA_ATTACKS_FORCE=1            run the cases whose needs are not met
+    MHA_ATTACKS_ISOLATION=none     grade at the none level (resource limits only)
 
-e.g. `MHA_ATTACKS_FORCE=1 MHA_ATTACKS_ISOLATE=0 pytest tests/test_attacks.py -k kit-files`.
+e.g. `MHA_ATTACKS_FORCE=1 MHA_ATTACKS_ISOLATION=none pytest tests/test_attacks.py -k kit-files`.
 """
 from __future__ import annotations
 
 import ast
 import base64
 import html
-import inspect
 import json
 import os
 import re
@@ -59,7 +61,7 @@ GRADERS = ROOT / "autograder" / "graders"
 CANARY_NAME = "MHA_CANARY_TOKEN"
 FORMATS = ("text", "json", "gradescope", "markdown", "html", "junit", "classroom")
 FORCE = os.environ.get("MHA_ATTACKS_FORCE") == "1"
-UNISOLATED = os.environ.get("MHA_ATTACKS_ISOLATE") == "0"
+LEVEL = os.environ.get("MHA_ATTACKS_ISOLATION", "auto")  # the isolation level the corpus is graded at
 CALL_TIMEOUT = 5.0
 
 
@@ -138,16 +140,13 @@ def unmet_needs(needs) -> list[str]:
     reasons = []
     for need in needs:
         if need == "isolation":
-            probe = getattr(sandbox_module, "isolation_available", None)
-            if UNISOLATED:
-                reasons.append("isolation: turned off by MHA_ATTACKS_ISOLATE=0")
-            elif probe is None:
-                reasons.append("isolation: autograder.sandbox has no isolation_available() (no Linux namespaces yet)")
-            else:
-                result = probe()
-                ok, how = result if isinstance(result, tuple) else (bool(result), str(result))
-                if not ok:
-                    reasons.append(f"isolation: not available on this machine ({how})")
+            try:
+                level = sandbox_module.choose_isolation(LEVEL)
+            except sandbox_module.GraderUnavailable as exc:
+                level = f"unavailable: {exc}"
+            if level not in ("namespaces", "landlock"):
+                reasons.append(f"isolation: student code would run at the {level} level, which keeps no files, "
+                               "processes or network from it")
         elif need in ("process-limit", "memory-limit"):
             limits = getattr(sandbox_module, "Limits", None)
             field = {"process-limit": "processes", "memory-limit": "memory_bytes"}[need]
@@ -168,10 +167,7 @@ def skip_unless_met(case):
 
 
 def grade_options() -> dict:
-    options = {"call_timeout": CALL_TIMEOUT}
-    if UNISOLATED and "isolate" in inspect.signature(grade).parameters:  # an engine without it isolates nothing
-        options["isolate"] = False
-    return options
+    return {"call_timeout": CALL_TIMEOUT, "isolation": LEVEL}
 
 
 # -- fixtures ----------------------------------------------------------------------------

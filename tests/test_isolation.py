@@ -18,11 +18,11 @@ import torch
 
 from autograder.engine import WarmServers, grade
 from autograder.forkserver import Server, Worker
-from autograder.sandbox import Limits, Sandbox, StudentError, isolation_available
+from autograder.sandbox import Limits, Sandbox, StudentError, probe
 from tests.conftest import SOLUTIONS
 
-ISOLATED, HOW = isolation_available()
-needs_namespaces = pytest.mark.skipif(not ISOLATED, reason=f"Linux namespaces are not available here: {HOW}")
+WHY_NOT = probe("namespaces")
+needs_namespaces = pytest.mark.skipif(WHY_NOT is not None, reason=f"Linux namespaces are not available here: {WHY_NOT}")
 
 PROBE = '''import json, os, socket, torch
 def causal_mask(seq_len, device=None):
@@ -30,7 +30,10 @@ def causal_mask(seq_len, device=None):
             "procs": sorted(p for p in os.listdir("/proc") if p.isdigit()) if os.path.isdir("/proc") else [],
             "env": dict(os.environ)}
     for path in ("/work", "/root", "/home", "/tmp", "/submission"):
-        seen[path] = sorted(os.listdir(path)) if os.path.isdir(path) else None
+        try:
+            seen[path] = sorted(os.listdir(path))
+        except OSError as exc:
+            seen[path] = type(exc).__name__
     try:
         socket.create_connection(("127.0.0.1", {port}), timeout=2).close()
         seen["network"] = "connected"
@@ -89,19 +92,24 @@ def test_the_student_process_sees_no_other_process_and_cannot_write_system_folde
     assert seen["write_usr"] != "written"
 
 
-def test_the_environment_holds_no_secret(tmp_path, monkeypatch):
+@pytest.mark.parametrize("level", ["namespaces", "none"])
+def test_the_environment_holds_no_secret(tmp_path, monkeypatch, level, student_python):
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_secret_canary_123")
     monkeypatch.setenv("MHA_SECRET", "canary-456")
-    seen, _ = _probe(tmp_path, isolate=False)
+    if level == "namespaces" and WHY_NOT:
+        pytest.skip(WHY_NOT)
+    seen, _ = _probe(tmp_path, isolation=level, python=student_python)
     assert "canary" not in json.dumps(seen["env"]), seen["env"]
 
 
-def test_without_isolation_the_sandbox_says_so(tmp_path):
-    seen, how = _probe(tmp_path, isolate=False)
-    assert how == "off"
-    report = grade(SOLUTIONS, isolate=False, select="test_masks")
-    assert report.isolation == "off"
-    assert "without Linux-namespace isolation (turned off)" in report.to_text()
+def test_at_the_none_level_the_report_says_so(tmp_path, student_python):
+    seen, how = _probe(tmp_path, isolation="none", python=student_python)
+    assert how == "none"
+    assert seen["uid"] != 0, "student code never runs as root"
+    report = grade(SOLUTIONS, isolation="none", select="test_masks", python=student_python)
+    assert report.isolation == "none" and report.score == 100, report.to_text()
+    assert "Isolation: none (resource limits only" in report.to_text()
+    assert "not in Linux namespaces" in report.isolation_note()
 
 
 def _limited(tmp_path, code, **limits):
@@ -151,10 +159,13 @@ def test_limits_are_configurable_from_the_command_line():
 
 
 # -- the fork servers --------------------------------------------------------
-def test_a_worker_whose_client_goes_away_is_killed():
-    with Server("student", isolated=True) as server:
-        worker = Worker(server.address, {"cwd": "/", "log": os.devnull, "env": {}, "isolate": False,
-                                         "limits": {}, "root": "/nonexistent"}, fds=_idle_pipes())
+def test_a_worker_whose_client_goes_away_is_killed(tmp_path, student_python):
+    for name in ("work", "home"):
+        (tmp_path / name).mkdir()
+    with Server("student", isolated=True, python=student_python) as server:
+        worker = Worker(server.address, {"cwd": str(tmp_path / "work"), "home": str(tmp_path / "home"),
+                                         "log": os.devnull, "env": {}, "isolation": "none", "limits": {},
+                                         "root": "/nonexistent"}, fds=_idle_pipes())
         assert worker.poll() is None  # it waits for requests on its pipe
         worker.close()
         for _ in range(100):
@@ -219,7 +230,7 @@ def causal_mask(seq_len, device=None):
 '''
 
 
-def test_forged_results_files_are_never_believed(tmp_path, monkeypatch):
+def test_forged_results_files_are_never_believed(tmp_path, monkeypatch, student_python):
     """Without namespaces a student process can reach the grader's temporary folder; a forged file is rejected."""
     engine_tmp = tmp_path / "engine-tmp"  # the engine's folders go here, so that the forger touches no other grading
     engine_tmp.mkdir()
@@ -227,7 +238,7 @@ def test_forged_results_files_are_never_believed(tmp_path, monkeypatch):
     submission = tmp_path / "submission"
     submission.mkdir()
     (submission / "masks.py").write_text(FORGER.replace("ENGINE_TMP", str(engine_tmp)))
-    report = grade(submission, isolate=False, select="test_masks", timeout=60)
+    report = grade(submission, isolation="none", select="test_masks", timeout=60, python=student_python)
     assert not any(t.id == "forged" for t in report.tests), "a forged results file was believed"
     assert report.earned < report.available, report.to_text()
     if report.status == "error":
