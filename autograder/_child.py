@@ -393,6 +393,14 @@ def _tasks_of(uid):
     return max(count, 1)
 
 
+def _vm_size():
+    try:
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1]) << 10 for line in fh if line.startswith("VmSize:"))
+    except (OSError, StopIteration, ValueError):
+        return 0
+
+
 def _apply_limits(limits):
     """Resource limits of this process and everything it starts; hitting one ends only student code.
 
@@ -401,6 +409,10 @@ def _apply_limits(limits):
     has, student code may start `processes` more, and no other.
     """
     _step("setrlimit")
+    memory = limits.get("memory_bytes")
+    if memory is not None and memory < _vm_size() + (64 << 20):  # Python (and torch, in a zygote) and some room
+        raise SetupFailed(f"the memory limit ({memory / (1 << 20):g} MiB) is too small: this process already "
+                          f"uses {_vm_size() / (1 << 20):.0f} MiB of address space before any student code")
     processes = limits.get("processes")
     pairs = {
         resource.RLIMIT_CPU: limits.get("cpu_seconds"),

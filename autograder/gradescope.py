@@ -52,8 +52,11 @@ fi
 
 RUN_AUTOGRADER = r"""#!/usr/bin/env bash
 # Gradescope runs this for every submission. It grades $ROOT/submission with the
-# kit and writes $ROOT/results/results.json; when the grader cannot run, it
-# writes a results.json of its own (score 0, with the reason), and it exits 0.
+# kit and writes $ROOT/results/results.json. When the grader cannot run student
+# code here (exit 2 with "Autograder failure, not a grade" in the results), it
+# exits 2, so that Gradescope shows an autograder failure, never a 0. When the
+# submission cannot be read, it writes a results.json of its own (score 0, with
+# the reason), and it exits 0.
 set -u
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 PY="${PYTHON:-$ROOT/venv/bin/python}"
@@ -68,6 +71,11 @@ if cd "$ROOT/source"; then
   status=$?
 fi
 cat "$LOG"  # stdout goes to Gradescope's log, which only instructors see
+
+if [ "$status" -eq 2 ] && grep -q '"Autograder failure, not a grade' "$RESULTS" 2>/dev/null; then
+  rm -f "$LOG"
+  exit 2
+fi
 
 if [ "$status" -ne 0 ] || [ ! -s "$RESULTS" ]; then
   # The reason is the grader's last line of output, made safe for a JSON string.

@@ -37,8 +37,8 @@ from autograder.forkserver import Worker
 
 REMEDY = {
     "namespaces": ("allow user namespaces (on Ubuntu 23.10 and later: sudo sysctl -w "
-                   "kernel.apparmor_restrict_unprivileged_userns=0), or run the grader as root, e.g. in a "
-                   "container whose seccomp profile allows unshare"),
+                   "kernel.apparmor_restrict_unprivileged_userns=0), or run the grader as root; in Docker, root "
+                   "needs --cap-add SYS_ADMIN --security-opt seccomp=unconfined (or --privileged)"),
     "landlock": "use Linux 5.13 or later with Landlock enabled (lsm=...,landlock on the kernel command line)",
     "readable": ("student code never runs as root, and the uid it runs as must read Python and torch: run the "
                  "grader with a Python that other users can read (e.g. a venv made from /usr/bin/python3), or "

@@ -56,14 +56,14 @@ def submit_reference(root, **edits):
         (root / "submission" / f"{module}.py").write_text(text)
 
 
-def run_autograder(root, python=sys.executable):
+def run_autograder(root, python=sys.executable, exit_status=0, **env_extra):
     """Run source/run_autograder as Gradescope does (cwd /autograder); return results.json and the log."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # only the unzipped kit may be imported
-    env.update(AUTOGRADER_ROOT=str(root), PYTHON=str(python))
+    env.update(AUTOGRADER_ROOT=str(root), PYTHON=str(python), **env_extra)
     proc = subprocess.run([str(root / "source" / "run_autograder")], cwd=root, env=env,
                           capture_output=True, text=True, timeout=600)
     log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log
+    assert proc.returncode == exit_status, log
     results = root / "results" / "results.json"
     assert results.is_file(), log
     return json.loads(results.read_text()), log
@@ -249,3 +249,12 @@ def test_results_json_even_when_the_grader_cannot_run(gradescope, problem):
     assert data["score"] == 0 and data["tests"] == []
     assert "could not grade this submission" in data["output"]
     assert expected in data["output"], data["output"]
+
+
+def test_a_grader_that_cannot_run_student_code_is_an_autograder_failure_not_a_0(gradescope):
+    """The student process cannot start (refused on purpose): run_autograder exits non-zero, and the results
+    say so, so that Gradescope shows the instructor a failure rather than a grade."""
+    submit_reference(gradescope)
+    data, log = run_autograder(gradescope, exit_status=2, MHA_REFUSE="setrlimit@student")
+    assert data["output"].startswith("Autograder failure, not a grade:"), data["output"]
+    assert "setrlimit" in data["output"] and data["tests"] == [], data

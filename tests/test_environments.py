@@ -1,0 +1,249 @@
+"""A grade never depends on where the kit runs: real CLI gradings across users, levels, paths and loads.
+
+Every environment grades the same small class, the reference solution and
+the buggy example, with `grader_cli.py grade-all` run as a real process from
+a copy of the kit under the system temp folder, at a path with spaces and
+accents, through a symlinked venv (an interpreter any uid can run). Each must
+give the reference 100 and the buggy submission the score it gets here by
+default, and name its isolation level in the gradebook.
+
+The confinement steps are refused on purpose (MHA_REFUSE, read by the
+trusted side only): a refusal in the probe gives a lower level, a refusal
+in the real student process gives exit 2 and no score, never a 0.
+
+When the tests run as root, the unprivileged environments run as uid 65534
+(`setpriv`); as a normal user they run as that user and the root ones are
+skipped, saying why.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from autograder import sandbox
+from autograder.engine import grade
+from autograder.sandbox import GraderUnavailable, choose_isolation
+from tests.conftest import ROOT, SOLUTIONS, SPARE_UID
+
+BUGGY = ROOT / "examples" / "buggy-student"
+ROOT_USER = os.geteuid() == 0
+HAS_SETPRIV = shutil.which("setpriv") is not None
+
+
+@dataclass
+class Place:
+    top: Path  # under the system temp folder
+    kit: Path  # the copy of the kit: spaces and accents in its path
+    python: Path  # the venv's interpreter, reached through a symlink
+    klass: Path  # the class: reference/ and buggy/
+
+
+@pytest.fixture(scope="module")
+def place(student_python):
+    top = Path(tempfile.mkdtemp(prefix="mha-kit-"))
+    top.chmod(0o755)
+    kit = top / "the kit, with spaces é ü"
+    shutil.copytree(ROOT, kit, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__", ".pytest_cache"))
+    venv = Path(student_python).parent.parent
+    (top / "venv-link").symlink_to(venv, target_is_directory=True)
+    klass = top / "class"
+    shutil.copytree(SOLUTIONS, klass / "reference")
+    shutil.copytree(BUGGY, klass / "buggy")
+    for folder, _, files in os.walk(top):  # readable by the unprivileged uid, as a clone in /tmp is
+        os.chmod(folder, 0o755)
+        for name in files:
+            os.chmod(os.path.join(folder, name), os.stat(os.path.join(folder, name)).st_mode | 0o644)
+    yield Place(top, kit, top / "venv-link" / "bin" / "python", klass)
+    shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def buggy_score():
+    """The buggy example's score at the default level, graded in this process: every environment must agree."""
+    report = grade(BUGGY)
+    assert 0 < report.score < 100, report.to_text()
+    return report.score
+
+
+def as_user(user, cmd):
+    if user == "root":
+        if not ROOT_USER:
+            pytest.skip("the tests run as a normal user: no root environment to try")
+        return cmd
+    if ROOT_USER:
+        if not HAS_SETPRIV:
+            pytest.skip("running as root without setpriv: cannot drop to an unprivileged uid")
+        return ["setpriv", f"--reuid={SPARE_UID}", f"--regid={SPARE_UID}", "--clear-groups", *cmd]
+    return cmd  # already an unprivileged user
+
+
+def run_cli(place, user, args, env=None, home=None):
+    home = home or Path(tempfile.mkdtemp(prefix="mha-home-", dir=place.top))
+    home.chmod(0o777)
+    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8"}
+    cmd = as_user(user, [str(place.python), "grader_cli.py", *args])
+    return subprocess.run(cmd, cwd=place.kit, env={**base, **(env or {})}, capture_output=True, text=True,
+                          timeout=900)  # a guard against a hang, never a measure
+
+
+def grade_class(place, user, level, env=None):
+    out = Path(tempfile.mkdtemp(prefix="mha-out-", dir=place.top))
+    out.chmod(0o777)
+    proc = run_cli(place, user, ["grade-all", str(place.klass), "-o", str(out), "--jobs", "2", "--isolation", level],
+                   env=env)
+    book = out / "gradebook.csv"
+    rows = {r["id"]: r for r in csv.DictReader(book.open(encoding="utf-8"))} if book.exists() else {}
+    return proc, rows
+
+
+def expected_level(level, user):
+    return {"auto": "namespaces"}.get(level, level)  # this machine allows user namespaces to every user
+
+
+ENVIRONMENTS = [
+    pytest.param("root", "auto", {}, "namespaces", id="root-auto"),
+    pytest.param("root", "landlock", {}, "landlock", id="root-landlock"),
+    pytest.param("root", "none", {}, "none", id="root-none"),
+    pytest.param("root", "auto", {"MHA_REFUSE": "mount"}, "landlock", id="root-mounts-refused"),
+    pytest.param("user", "auto", {}, "namespaces", id="user-auto"),
+    pytest.param("user", "landlock", {}, "landlock", id="user-landlock"),
+    pytest.param("user", "none", {}, "none", id="user-none"),
+    # Ubuntu 23.10+ and GitHub's runners: unshare succeeds, then writing uid_map (and every mount) is refused
+    pytest.param("user", "auto", {"MHA_REFUSE": "uid-map,mount"}, "landlock", id="user-ubuntu-24.04"),
+    pytest.param("user", "auto", {"MHA_REFUSE": "unshare,landlock"}, "none", id="user-no-namespaces-no-landlock"),
+]
+
+
+@pytest.mark.parametrize("user, level, env, expected", ENVIRONMENTS)
+def test_the_reference_scores_100_and_the_buggy_submission_its_score_everywhere(place, buggy_score, user, level,
+                                                                                  env, expected):
+    proc, rows = grade_class(place, user, level, env)
+    where = f"{user}, --isolation {level}, {env or 'no refusal'}"
+    assert proc.returncode == 0, f"{where}: grade-all exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+    assert set(rows) == {"reference", "buggy"}, f"{where}: gradebook rows {sorted(rows)}"
+    for sub, want in (("reference", 100.0), ("buggy", buggy_score)):
+        row = rows[sub]
+        assert row["status"] == "graded" and float(row["total"]) == want, (
+            f"{where}: expected {sub} to score {want:g}, got {row['total']} ({row['status']}: {row['error']})")
+        assert row["isolation"] == expected, f"{where}: expected isolation {expected}, got {row['isolation']}"
+
+
+def test_200_threads_of_the_grading_user_leave_the_process_limit_to_the_student(place, buggy_score):
+    """RLIMIT_NPROC counts every thread of the uid: the limit is set on top of what the user already runs."""
+    holder = subprocess.Popen(as_user("user", [sys.executable if not ROOT_USER else "/usr/bin/python3", "-c",
+                                               "import threading, time\n"
+                                               "for _ in range(200):\n"
+                                               "    threading.Thread(target=time.sleep, args=(900,), daemon=True).start()\n"
+                                               "print('ready', flush=True)\ntime.sleep(900)"]),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        for level in ("none", "auto"):
+            proc, rows = grade_class(place, "user", level)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            got = {sub: (r["status"], r["total"], r["error"]) for sub, r in rows.items()}
+            assert got["reference"][:2] == ("graded", "100") and float(got["buggy"][1]) == buggy_score, (
+                f"with 200 threads of the grading user running, --isolation {level}: {got}")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# -- refusals: a lower level, or exit 2; never a 0 -----------------------------------------------------
+def _steps(level):
+    """The confinement steps a level goes through here (autograder/_child.py marks each with _step)."""
+    common = ["fork", "setrlimit", "read-python"]
+    if level == "namespaces":
+        own = ["unshare", "unshare-mount", "mount", "pivot-root"] + (["setuid"] if ROOT_USER else ["uid-map", "capset"])
+        return own + common
+    return common + (["setuid"] if ROOT_USER else []) + (["landlock"] if level == "landlock" else [])
+
+
+ALL_STEPS = sorted({s for level in sandbox.LEVELS for s in _steps(level)} | {"uid-map", "capset", "setuid"})
+
+
+@pytest.mark.parametrize("step", ALL_STEPS)
+def test_a_refused_step_gives_a_lower_level_or_no_grading(step, monkeypatch, student_python):
+    monkeypatch.setenv("MHA_REFUSE", step)
+    try:
+        level = choose_isolation("auto", python=student_python)
+    except GraderUnavailable as exc:
+        assert all(step in _steps(lvl) for lvl in sandbox.LEVELS), f"refusing {step} stopped every level: {exc}"
+        assert "refused on purpose" in str(exc) and "Remedy:" in str(exc), str(exc)
+        return
+    uses = [lvl for lvl in sandbox.LEVELS if step in _steps(lvl)]
+    first_free = next(lvl for lvl in sandbox.LEVELS if lvl not in uses)
+    assert level == first_free, f"with {step} refused, expected the {first_free} level, got {level}"
+
+
+def test_a_student_process_that_cannot_start_gives_exit_2_and_no_score(place, tmp_path):
+    """Refused only in the real student process (after a successful probe): the grader's failure, said so."""
+    out = tmp_path / "results.json"
+    proc = run_cli(place, "root" if ROOT_USER else "user",
+                   ["grade", str(place.klass / "reference"), "--format", "gradescope", "-o", str(out)],
+                   env={"MHA_REFUSE": "setrlimit@student"})
+    assert proc.returncode == 2, f"expected exit 2, got {proc.returncode}: {proc.stderr[-2000:]}"
+    assert "cannot run student code here" in proc.stderr and "setrlimit" in proc.stderr, proc.stderr
+    results = json.loads(out.read_text())
+    assert results["output"].startswith("Autograder failure, not a grade"), results
+    assert results["tests"] == []
+
+
+def test_a_memory_limit_too_small_for_python_is_the_graders_failure(place):
+    proc = run_cli(place, "root" if ROOT_USER else "user",
+                   ["grade", str(place.klass / "reference"), "--memory-limit", "30MiB"])
+    assert proc.returncode == 2, f"expected exit 2, got {proc.returncode}: {proc.stdout[-1500:]}{proc.stderr[-1500:]}"
+    assert "memory limit" in proc.stderr and "Total:" not in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_grade_all_records_an_error_row_without_a_score_and_grades_it_again(place):
+    out = Path(tempfile.mkdtemp(prefix="mha-out-", dir=place.top))
+    out.chmod(0o777)
+    user = "root" if ROOT_USER else "user"
+    args = ["grade-all", str(place.klass), "-o", str(out), "--memory-limit", "30MiB"]
+    proc = run_cli(place, user, args)
+    assert proc.returncode == 2, f"expected exit 2, got {proc.returncode}: {proc.stderr[-2000:]}"
+    rows = list(csv.DictReader((out / "gradebook.csv").open(encoding="utf-8")))
+    assert [(r["id"], r["status"], r["total"]) for r in sorted(rows, key=lambda r: r["id"])] == [
+        ("buggy", "error", ""), ("reference", "error", "")], rows
+    assert all("memory limit" in r["error"] for r in rows), rows
+    again = run_cli(place, user, args[:4])  # the cause fixed: the error rows are graded
+    rows = {r["id"]: r for r in csv.DictReader((out / "gradebook.csv").open(encoding="utf-8"))}
+    assert again.returncode == 0 and rows["reference"]["total"] == "100", again.stderr[-2000:]
+
+
+def test_require_isolation_refuses_to_grade_below_it(place):
+    proc = run_cli(place, "root" if ROOT_USER else "user",
+                   ["grade", str(place.klass / "reference"), "--require-isolation", "namespaces"],
+                   env={"MHA_REFUSE": "unshare"})
+    assert proc.returncode == 2 and "--require-isolation namespaces" in proc.stderr, proc.stderr
+    assert "Remedy:" in proc.stderr and "Total:" not in proc.stdout
+
+
+# -- the adversarial corpus as an unprivileged user ---------------------------------------------------------
+CORPUS_CASES = ["results-json-everywhere", "results-json-forges-grader-file", "results-json-daemon", "kit-files",
+                "network-connection", "env-proc-environ", "other-student-code", "fork-bomb", "os-exit-in-call"]
+
+
+@pytest.mark.parametrize("level", ["landlock", "namespaces"])
+def test_the_attack_corpus_earns_nothing_and_leaks_nothing_as_an_unprivileged_user(place, level):
+    """The cases that attack files, processes and the network, graded at `level` as uid 65534."""
+    home = Path(tempfile.mkdtemp(prefix="mha-home-", dir=place.top))
+    home.chmod(0o777)
+    cmd = as_user("user", [str(place.python), "-m", "pytest", "tests/test_attacks.py", "-q", "-p", "no:cacheprovider",
+                           "--basetemp", str(home / "pytest"), "-k", " or ".join(CORPUS_CASES)])
+    proc = subprocess.run(cmd, cwd=place.kit, capture_output=True, text=True, timeout=1800,
+                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
+                               "LANG": "C.UTF-8", "MHA_ATTACKS_ISOLATION": level})
+    summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-500:]
+    assert proc.returncode == 0, f"at {level} as uid {SPARE_UID}: {summary}\n{proc.stdout[-6000:]}"
+    assert "skipped" not in summary and f"{len(CORPUS_CASES)} passed" in summary, summary
