@@ -252,3 +252,49 @@ def test_results_are_signed_with_a_key_that_only_the_engine_has(tmp_path):
     path.write_text('{"tests": []}')
     assert _signed_results(path, b"k" * 32) is False
     assert _signed_results(tmp_path / "missing.json", b"k" * 32) is None
+
+
+DAEMON = '''import os, time, torch
+def causal_mask(seq_len, device=None):
+    if os.fork() == 0:  # fork, setsid, fork: a daemon outside the student process's group and session
+        os.setsid()
+        if os.fork() == 0:
+            print("DAEMON", os.getpid(), flush=True)
+            time.sleep(120)
+        os._exit(0)
+    time.sleep(0.5)
+    return torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
+'''
+
+
+@pytest.mark.parametrize("level", ["namespaces", "landlock", "none"])
+def test_a_daemon_started_by_student_code_is_gone_when_its_grading_ends(tmp_path, level, student_python):
+    if level == "namespaces" and WHY_NOT:
+        pytest.skip(WHY_NOT)
+    (tmp_path / "masks.py").write_text(DAEMON)
+    with Sandbox(tmp_path, call_timeout=20.0, isolation=level, python=student_python) as sb:
+        sb.call("masks", "causal_mask", 2)
+        assert "DAEMON" in sb.output_tail(5000), "the daemon did not start"
+        marker = str(sb._tmp)  # on the command line of every process forked from the student process
+        assert _alive(marker), "the daemon cannot be seen from here"
+    for _ in range(100):
+        if not _alive(marker):
+            return
+        time.sleep(0.05)
+    pytest.fail(f"processes started by student code still run after its grading ended: {_alive(marker)}")
+
+
+def _alive(marker):
+    """Pids of live (not zombie) processes whose command line holds `marker`."""
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if marker.encode() not in fh.read():
+                    continue
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    found.append(int(pid))
+        except (OSError, ValueError):
+            continue
+    return found
