@@ -224,10 +224,11 @@ def grade_all(folder, output, jobs, force, timeout, **sandbox):
     --force.
 
     \b
-    Exit status: 0 when every submission was graded; 2 when the isolation
-    cannot be had (--require-isolation; nothing is graded) or some rows are
-    "error" (the grader could not grade them: no score; a second run
-    grades them again).
+    Exit status: 0 when the run completed (a submission that cannot be read
+    gets an "error" row); 2 when the isolation cannot be had
+    (--require-isolation; nothing is graded) or the grader could not run
+    the student code of some submissions (their rows: "error", no score; a
+    second run grades them again).
     """
     from autograder import batch
     from autograder.results import GradeReport
@@ -259,10 +260,10 @@ def grade_all(folder, output, jobs, force, timeout, **sandbox):
             click.echo(f"{status}: {', '.join(ids)}", err=True)
     rate = f", {60 * todo / elapsed:.1f} per minute" if todo and elapsed > 0 else ""
     click.echo(f"{len(rows)} rows in {output / batch.GRADEBOOK} ({elapsed:.0f} s{rate})")
-    errors = [r for r in rows.values() if r.status == "error"]
-    if errors:
-        click.echo(f"{len(errors)} submission(s) could not be graded (status error, no score); run the same "
-                   "command again to grade them once the cause is fixed", err=True)
+    failures = [r for r in rows.values() if r.status == "error" and r.error.startswith(batch.GRADER_FAILURE)]
+    if failures:
+        click.echo(f"{len(failures)} submission(s) could not be graded because the grader could not run student "
+                   "code (status error, no score); run the same command again once the cause is fixed", err=True)
         sys.exit(EXIT_CANNOT_RUN)
 
 

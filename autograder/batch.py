@@ -26,6 +26,7 @@ from autograder.results import GradeReport
 from autograder.sandbox import GraderUnavailable
 
 GRADEBOOK = "gradebook.csv"
+GRADER_FAILURE = "the grader could not run student code: "  # how the error of such a row begins
 COLUMNS = ["id", "total", *MODULES, "status", "isolation", "grading_time_s", "error"]
 
 
@@ -92,8 +93,8 @@ def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: 
     except SubmissionError as exc:
         report = GradeReport(submission=sub_id, status="error", error=str(exc))
     except GraderUnavailable as exc:  # the grader's failure: an error row, never a 0
-        report = GradeReport(submission=sub_id, status="error", error=f"the grader could not run student code: "
-                             f"{exc}", grader_failure=True, isolation=options.get("isolation", ""))
+        report = GradeReport(submission=sub_id, status="error", error=f"{GRADER_FAILURE}{exc}", grader_failure=True,
+                             isolation=options.get("isolation", ""))
     except Exception as exc:  # the batch goes on whatever happens to one submission
         report = GradeReport(submission=sub_id, status="error", error=f"{type(exc).__name__}: {exc}")
     report.submission = sub_id

@@ -48,7 +48,8 @@ def test_one_row_per_submission_with_its_status(classroom):
         assert book[sub]["status"] == "graded" and float(book[sub]["positional"]) == 0
         assert float(book[sub]["mha"]) > 0
     assert book["erin.zip"]["status"] == "error" and "zip" in book["erin.zip"]["error"]
-    assert list(book["alice"]) == ["id", "total", *MODULES, "status", "grading_time_s", "error"]
+    assert list(book["alice"]) == ["id", "total", *MODULES, "status", "isolation", "grading_time_s", "error"]
+    assert book["erin.zip"]["total"] == "" and book["alice"]["isolation"] in ("namespaces", "landlock", "none")
 
 
 def test_every_submission_gets_results_and_feedback(classroom):
