@@ -325,16 +325,15 @@ class Sandbox:
         try:
             os.kill(self._proc.pid, signal.SIGTERM)
             self._proc.wait(timeout=3)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-        try:
-            os.killpg(self._proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self._proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        except (OSError, subprocess.TimeoutExpired):  # no keeper yet, or one that does not finish
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
         for stream in (self._proc.stdin, self._proc.stdout):
             try:
                 stream.close()
