@@ -461,6 +461,7 @@ def _enter(config):
                 _drop_root([config["cwd"], config["home"]], _sandbox_uid())
         step = "limits"
         _apply_limits(config.get("limits", {}))
+        _prctl(PR_SET_NO_NEW_PRIVS, 1)  # no setuid program gives student code privileges back
         if level == "landlock":
             step = "landlock"
             _confine_landlock(config)

@@ -128,24 +128,27 @@ def refusals(probe):
     return out
 
 
+def _read_exactly(fd, n, deadline):
+    """`n` bytes from `fd`; TimeoutError past `deadline`, EOFError when the writer is gone first."""
+    parts, left = [], n
+    while left:
+        wait = deadline - time.monotonic()
+        if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+            raise TimeoutError
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise EOFError
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
 def _read_handshake(fd, deadline):
     """The student process's first frame (JSON); EOFError or TimeoutError when it ends or hangs first."""
-    def exactly(n):
-        data = b""
-        while len(data) < n:
-            wait = deadline - time.monotonic()
-            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
-                raise TimeoutError
-            chunk = os.read(fd, n - len(data))
-            if not chunk:
-                raise EOFError
-            data += chunk
-        return data
-
-    (size,) = struct.unpack(">Q", exactly(8))
+    (size,) = struct.unpack(">Q", _read_exactly(fd, 8, deadline))
     if size > 1 << 16:
         raise ValueError(f"a handshake of {size} bytes")
-    answer = json.loads(exactly(size))
+    answer = json.loads(_read_exactly(fd, size, deadline))
     if not isinstance(answer, dict):
         raise ValueError("a handshake that is not an object")
     return answer
@@ -215,17 +218,20 @@ def choose_isolation(requested="auto", require=None, python=sys.executable):
         if tried[level] is None:
             break
     else:
-        causes = "; ".join(f"{lvl}: {why}" for lvl, why in tried.items())
-        remedies = " ".join(sorted({f"{remedy(lvl, why).capitalize()}." for lvl, why in tried.items()}))
-        raise GraderUnavailable(f"cannot confine student code at {' or '.join(tried)} isolation here ({causes}). "
-                                f"Remedy: {remedies}")
+        raise GraderUnavailable(f"cannot confine student code at {' or '.join(tried)} isolation here "
+                                f"{_why_and_remedy(tried)}")
     if require is not None and LEVELS.index(level) > LEVELS.index(require):
-        refused = {lvl: why for lvl, why in tried.items() if why}
-        causes = "; ".join(f"{lvl}: {why}" for lvl, why in refused.items())
-        remedies = " ".join(sorted({f"{remedy(lvl, why).capitalize()}." for lvl, why in refused.items()}))
         raise GraderUnavailable(f"--require-isolation {require}, but the strongest level that works here is "
-                                f"{level} ({causes}). Remedy: {remedies}")
+                                f"{level} {_why_and_remedy(tried)}")
     return level
+
+
+def _why_and_remedy(tried):
+    """"(level: why; ...). Remedy: ..." for the levels of `tried` (level -> why not, or None) that failed."""
+    refused = {lvl: why for lvl, why in tried.items() if why}
+    causes = "; ".join(f"{lvl}: {why}" for lvl, why in refused.items())
+    remedies = " ".join(sorted({f"{remedy(lvl, why).capitalize()}." for lvl, why in refused.items()}))
+    return f"({causes}). Remedy: {remedies}"
 
 
 def forbidden_paths(*extra):
@@ -372,28 +378,12 @@ class Sandbox:
         self._proc.stdin.write(struct.pack(">Q", len(data)) + data)
         self._proc.stdin.flush()
 
-    def _read_exactly(self, n, deadline):
-        fd = self._proc.stdout.fileno()
-        parts, left = [], n
-        while left:
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                raise TimeoutError
-            ready, _, _ = select.select([fd], [], [], wait)
-            if not ready:
-                raise TimeoutError
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                raise EOFError
-            parts.append(chunk)
-            left -= len(chunk)
-        return b"".join(parts)
-
     def _read(self, deadline):
-        (size,) = struct.unpack(">Q", self._read_exactly(8, deadline))
+        fd = self._proc.stdout.fileno()
+        (size,) = struct.unpack(">Q", _read_exactly(fd, 8, deadline))
         if size > 512 << 20:
             raise ValueError(f"answer of {size} bytes")
-        data = self._read_exactly(size, deadline)
+        data = _read_exactly(fd, size, deadline)
         import torch
 
         return torch.load(io.BytesIO(data), weights_only=True)
@@ -414,11 +404,7 @@ class Sandbox:
         except TimeoutError:
             why = f"no handshake within {self.start_timeout:g} s"
         except (EOFError, OSError, ValueError, struct.error) as exc:
-            code = self._proc.poll()
-            try:
-                code = self._proc.wait(timeout=2) if code is None else code
-            except subprocess.TimeoutExpired:
-                pass
+            code = self._exit_code()
             why = f"it ended before its handshake (exit code {code}; {type(exc).__name__})"
             tail = self._log_since_start(400)
             if tail:
@@ -430,6 +416,15 @@ class Sandbox:
         self.isolation = answer.get("isolation")
         self._ready = True
         self.ready_at = time.time()
+
+    def _exit_code(self):
+        """How the student process ended (negative: the signal), waiting briefly; None if it still runs."""
+        if self._proc is None:
+            return None
+        try:
+            return self._proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return None
 
     def _log_since_start(self, limit):
         """What the current student process printed before its handshake (no student code: only ours)."""
@@ -463,11 +458,7 @@ class Sandbox:
             raise StudentError(f"{context} did not finish within {timeout:g} s "
                                "(an infinite loop, or far too slow?)", "timeout") from None
         except (EOFError, OSError, struct.error):
-            code = self._proc.poll() if self._proc else None
-            try:
-                code = self._proc.wait(timeout=2) if code is None else code
-            except subprocess.TimeoutExpired:
-                pass
+            code = self._exit_code()
             self._strike(module, f"exit code {code}")
             tail = self.output_tail(300).strip()
             hint = f" Its last output: {tail!r}" if tail else ""

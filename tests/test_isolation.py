@@ -28,7 +28,8 @@ PROBE = '''import json, os, socket, torch
 def causal_mask(seq_len, device=None):
     seen = {"root": sorted(os.listdir("/")), "cwd": os.getcwd(), "uid": os.getuid(), "pid": os.getpid(),
             "procs": sorted(p for p in os.listdir("/proc") if p.isdigit()) if os.path.isdir("/proc") else [],
-            "env": dict(os.environ)}
+            "env": dict(os.environ),
+            "no_new_privs": [ln.split()[1] for ln in open("/proc/self/status") if ln.startswith("NoNewPrivs")]}
     for path in ("/work", "/root", "/home", "/tmp", "/submission"):
         try:
             seen[path] = sorted(os.listdir(path))
@@ -89,6 +90,7 @@ def test_the_student_process_sees_no_other_process_and_cannot_write_system_folde
     seen, _ = _probe(tmp_path)
     assert seen["pid"] == 1 and seen["procs"] == ["1"], f"expected to see only itself, saw processes {seen['procs']}"
     assert seen["uid"] != 0, "student code runs without root's powers"
+    assert seen["no_new_privs"] == ["1"], "a setuid program could give student code privileges"
     assert seen["write_usr"] != "written"
 
 
@@ -106,6 +108,7 @@ def test_at_the_none_level_the_report_says_so(tmp_path, student_python):
     seen, how = _probe(tmp_path, isolation="none", python=student_python)
     assert how == "none"
     assert seen["uid"] != 0, "student code never runs as root"
+    assert seen["no_new_privs"] == ["1"], "a setuid program could give student code privileges"
     report = grade(SOLUTIONS, isolation="none", select="test_masks", python=student_python)
     assert report.isolation == "none" and report.score == 100, report.to_text()
     assert "Isolation: none (resource limits only" in report.to_text()
