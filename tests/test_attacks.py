@@ -166,8 +166,9 @@ def skip_unless_met(case):
                     + " (MHA_ATTACKS_FORCE=1 runs it anyway)")
 
 
-def grade_options() -> dict:
-    return {"call_timeout": CALL_TIMEOUT, "isolation": LEVEL}
+def grade_options(case=None) -> dict:
+    timeout = case.call_timeout if case is not None and case.call_timeout else CALL_TIMEOUT
+    return {"call_timeout": timeout, "isolation": LEVEL}
 
 
 # -- fixtures ----------------------------------------------------------------------------
@@ -407,7 +408,7 @@ def _kill(survivors):
 
 def grade_attack(case, folder):
     start = time.monotonic()
-    report = grade(folder, **grade_options())
+    report = grade(folder, **grade_options(case))
     return report, time.monotonic() - start
 
 
@@ -546,6 +547,8 @@ def test_every_case_materializes_as_valid_python(tmp_path):
     ('module = "heads"', "needs an [[attack.file]]"),
     ('module = "heads"\npasses = ["x"]\nfails = ["y"]\n[[attack.file]]\nname = "heads.py"\nsource = "template"',
      "not both"),
+    ('module = "heads"\ncall_timeout = 90\n[[attack.patch]]\nfile = "heads.py"\nfind = "a"\nreplace = "b"',
+     "call_timeout must be"),
     ('module = "heads"\nsurprise = 1\n[[attack.file]]\nname = "heads.py"\nsource = "template"', "unknown keys"),
 ])
 def test_loader_rejects_malformed_cases(tmp_path, entry, error):

@@ -142,6 +142,7 @@ class AttackCase:
     passes: tuple[str, ...] = ()
     fails: tuple[str, ...] | None = None  # when set: exactly these checks of `module` fail, the others pass
     max_seconds: float = 60.0
+    call_timeout: float | None = None  # seconds per call to student code, when the suite's default is too short
     probe: str = ""  # a string the attack prints when it has run: must be in the student's output
     scenario: str = "single"
     known_vulnerability: str = ""  # non-empty: the engine is known to lose to this attack (strict xfail)
@@ -283,8 +284,8 @@ def materialize(case: Case | AttackCase, dest: Path | str, solutions_dir: Path |
 
 
 # -- the adversarial corpus (attacks.toml) -----------------------------------------
-_ATTACK_KEYS = {"id", "attack", "module", "description", "needs", "passes", "fails", "max_seconds", "probe",
-                "scenario", "known_vulnerability", "patch", "file"}
+_ATTACK_KEYS = {"id", "attack", "module", "description", "needs", "passes", "fails", "max_seconds", "call_timeout",
+                "probe", "scenario", "known_vulnerability", "patch", "file"}
 
 
 def _strings(value, where, key):
@@ -315,6 +316,10 @@ def _attack_from_entry(index: int, entry: dict) -> AttackCase:
     max_seconds = entry.get("max_seconds", 60)
     if not isinstance(max_seconds, (int, float)) or isinstance(max_seconds, bool) or not 0 < max_seconds <= 600:
         raise CorpusError(f"{where}: max_seconds must be a number of seconds in (0, 600]")
+    call_timeout = entry.get("call_timeout")
+    if call_timeout is not None and (not isinstance(call_timeout, (int, float)) or isinstance(call_timeout, bool)
+                                     or not 0 < call_timeout < max_seconds):
+        raise CorpusError(f"{where}: call_timeout must be a number of seconds in (0, max_seconds)")
     scenario = entry.get("scenario", "single")
     if scenario not in SCENARIOS:
         raise CorpusError(f"{where}: scenario {scenario!r} is not one of {SCENARIOS}")
@@ -350,7 +355,8 @@ def _attack_from_entry(index: int, entry: dict) -> AttackCase:
     if not files and not patches:
         raise CorpusError(f"{where}: needs an [[attack.file]] or at least one [[attack.patch]]")
     return AttackCase(case_id, entry["attack"], module, entry["description"].strip(), tuple(patches), tuple(files),
-                      needs, passes, fails, float(max_seconds), entry.get("probe", ""), scenario,
+                      needs, passes, fails, float(max_seconds),
+                      None if call_timeout is None else float(call_timeout), entry.get("probe", ""), scenario,
                       entry.get("known_vulnerability", "").strip())
 
 
