@@ -330,6 +330,7 @@ class Sandbox:
             return
         try:
             os.kill(self._proc.pid, signal.SIGTERM)
+            os.kill(self._proc.pid, signal.SIGCONT)  # a keeper stopped by a freeze (autograder/freeze.py) acts on it
             self._proc.wait(timeout=3)
         except (OSError, subprocess.TimeoutExpired):  # no keeper yet, or one that does not finish
             try:
@@ -352,6 +353,13 @@ class Sandbox:
     def close(self):
         self._kill()
         shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def process_tree_root(self):
+        """The pid whose descendants are every process of the student side (its keeper), or None.
+
+        The keeper is a child subreaper: every process student code starts, daemons included, stays under
+        it, so stopping this tree stops all student code (autograder/freeze.py)."""
+        return None if self._proc is None else self._proc.pid
 
     def __enter__(self):
         self.start()

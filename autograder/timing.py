@@ -21,14 +21,29 @@ run single-threaded; rounds of the three modules are interleaved and each
 side's best round is compared, which filters out the moments the machine was
 busy; a failing measurement is repeated up to RETRIES times. On CUDA the
 blocks are synchronised and the reference side is timed with CUDA events.
+
+Inputs nobody can predict or replay: each try draws a fresh secret seed in
+this process (`secrets`), and each round's inputs (and the warm-up's) come
+from a seed derived from it by a hash, so no input of one round tells
+anything of another's, no try reuses an input of an earlier one, and a table
+of inputs computed in advance or a cache of earlier answers never hits. The
+seeds are recorded in the report, so an instructor can rebuild every input
+(`round_inputs`). And no student code runs while anything of the reference
+is timed: the whole student process tree is stopped around each reference
+block (autograder/freeze.py), and a round in which any of it still used CPU
+is discarded.
 """
 from __future__ import annotations
 
+import hashlib
 import io
+import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+
+from autograder.freeze import frozen
 
 from solutions import mha as ref
 
@@ -53,16 +68,25 @@ class Measurement:
     reference_fused: float
     device: str = "cpu"
     verified: bool = True  # every timed pass of the student's module returned the reference's output
+    seeds: tuple[int, ...] = ()  # the secret seed of each try (round_inputs rebuilds its inputs)
+    rounds: int = ROUNDS  # rounds timed, over all tries
+    discarded: int = 0  # of them, rounds in which student code ran while a reference was timed
+    details: list = field(default_factory=list)  # why rounds were discarded (CPU used, new processes)
+
+    @property
+    def vouched(self):
+        """At least one round was timed with the whole student side frozen during the references."""
+        return self.rounds > self.discarded
 
     @property
     def speedup(self):
         """How many times faster the student's fused module is than the reference stacked one."""
-        return self.reference_stacked / self.student_fused
+        return self.reference_stacked / self.student_fused if self.vouched else float("nan")
 
     @property
     def slowdown(self):
         """How many times slower the student's fused module is than the reference fused one."""
-        return self.student_fused / self.reference_fused
+        return self.student_fused / self.reference_fused if self.vouched else float("nan")
 
     @property
     def fast_enough(self):
@@ -74,10 +98,20 @@ class Measurement:
 
     def describe(self):
         s = SIZES
-        return (f"batch {s['batch']}, {s['tokens']} tokens, d_in {s['d_in']}, {s['num_heads']} heads of "
+        text = (f"batch {s['batch']}, {s['tokens']} tokens, d_in {s['d_in']}, {s['num_heads']} heads of "
                 f"{s['head_dim']} on {self.device}: your fused {self.student_fused * 1e6:.0f} us, reference stacked "
                 f"{self.reference_stacked * 1e6:.0f} us, reference fused {self.reference_fused * 1e6:.0f} us per "
-                f"forward pass (best of {ROUNDS} rounds of {REPS})")
+                f"forward pass (best of {self.rounds - self.discarded} rounds of {REPS}")
+        if self.discarded:
+            text += f"; {self.discarded} more discarded: your code ran while a reference module was timed"
+        return text + ")"
+
+    def to_dict(self):
+        """What the report records of the measurement (the seeds rebuild every input: round_inputs)."""
+        return {"student_fused_s": self.student_fused, "reference_stacked_s": self.reference_stacked,
+                "reference_fused_s": self.reference_fused, "speedup": self.speedup, "slowdown": self.slowdown,
+                "device": self.device, "verified": self.verified, "seeds": list(self.seeds), "rounds": self.rounds,
+                "discarded": self.discarded, "discarded_why": self.details[:5], "reps": REPS, "sizes": dict(SIZES)}
 
 
 def inputs(device="cpu", reps=REPS, seed=0):
@@ -85,6 +119,23 @@ def inputs(device="cpu", reps=REPS, seed=0):
     s = SIZES
     gen = torch.Generator().manual_seed(seed)
     return torch.randn(reps, s["batch"], s["tokens"], s["d_in"], generator=gen).to(device)  # (reps, B, T, d_in)
+
+
+def round_seed(secret: int, r: int) -> int:
+    """The seed of round `r` (0: the warm-up) of a try whose secret seed is `secret`: a hash, so that the
+    inputs of one round reveal nothing of another's (a generator's state can be recovered from its output)."""
+    digest = hashlib.sha256(f"mha-timing:{secret}:{r}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def round_inputs(secret: int, r: int, device="cpu"):
+    """The inputs of round `r` of the try with seed `secret` (the warm-up, r = 0, has 2 passes), as timed."""
+    return inputs(device, 2 if r == 0 else REPS, seed=round_seed(secret, r))
+
+
+def new_secret() -> int:
+    """A seed for one try's inputs that no student process can know in advance."""
+    return secrets.randbits(52)  # exact in JSON readers that use doubles
 
 
 def reference_modules(device="cpu"):
@@ -159,43 +210,52 @@ def did_the_work(outputs, reference, xs):
             and torch.allclose(out, expected, rtol=1e-3, atol=1e-4) for out, x in zip(outputs, xs))
 
 
-def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS) -> Measurement:
+def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None) -> Measurement:
     """Interleaved rounds of the student's fused module and the two reference modules.
 
     The student's block includes one round trip to its process; each
     reference block is charged the part of it that this process can measure
     alone: serialising the same request and answer (the fastest of the
     rounds). The rest of a round trip (waking the other process) is small,
-    and a student process cannot stretch this charge. Each round has new
-    inputs, and the student's outputs
-    are checked against the reference fused module (which has the same
-    weights) after the timing: a block that skips its work, or replays
-    answers, is caught.
+    and a student process cannot stretch this charge. Every input comes from
+    `secret` (default: a fresh secret seed), and the student's outputs are
+    checked against the reference fused module (which has the same weights)
+    after the timing: a block that skips its work, or replays answers, is
+    caught. The references are timed with the student's process tree
+    frozen; a round in which it used CPU anyway is discarded.
     """
+    secret = new_secret() if secret is None else secret
     stacked, fused = reference_modules(device)
+    root = fused_remote.sandbox.process_tree_root()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    verified = True
+    verified, discarded, details = True, 0, []
     try:
-        warm = inputs(device, 2, seed=0)
+        warm = round_inputs(secret, 0, device)
         time_remote_block(fused_remote, warm)  # warm up both sides
         time_block(stacked, warm), time_block(fused, warm)
         best = [float("inf")] * 4
-        for r in range(rounds):
-            xs = inputs(device, reps, seed=r + 1)
-            (student, outputs), ref_stacked, ref_fused = (time_remote_block(fused_remote, xs), time_block(stacked, xs),
-                                                           time_block(fused, xs))
-            trip = serialization_cost(xs)
-            best = [min(b, t) for b, t in zip(best, (student, ref_stacked, ref_fused, trip))]
+        for r in range(1, rounds + 1):
+            xs = inputs(device, reps, seed=round_seed(secret, r))
+            student, outputs = time_remote_block(fused_remote, xs)
+            with frozen(root) as freeze:
+                ref_stacked, ref_fused = time_block(stacked, xs), time_block(fused, xs)
+                trip = serialization_cost(xs)
             verified = verified and did_the_work(outputs, fused, xs)
+            if freeze.clean is False:
+                discarded += 1
+                details.append(freeze.why())
+                continue
+            best = [min(b, t) for b, t in zip(best, (student, ref_stacked, ref_fused, trip))]
     finally:
         torch.set_num_threads(threads)
     student, ref_stacked, ref_fused, trip = best
-    return Measurement(student, ref_stacked + trip / reps, ref_fused + trip / reps, device=device, verified=verified)
+    return Measurement(student, ref_stacked + trip / reps, ref_fused + trip / reps, device=device, verified=verified,
+                       seeds=(secret,), rounds=rounds, discarded=discarded, details=details)
 
 
 def passes(m: Measurement) -> bool:
-    return m.verified and m.fast_enough and m.close_to_reference
+    return m.verified and m.vouched and m.fast_enough and m.close_to_reference
 
 
 def measure_until(fused_remote, passes=passes, device="cpu", retries=RETRIES) -> Measurement:

@@ -69,6 +69,8 @@ ATTACK_KINDS: tuple[str, ...] = (
     "fake-results-output",  # printing fake pytest or JSON results
     "results-json",  # writing results.json files wherever reachable
     "patched-timers",  # patching time.perf_counter & co. and sleeping in the fused forward
+    "timing-replay",  # answering timed passes from a cache or a table of the timing inputs
+    "timing-burners",  # busy processes that run while the grader times the reference modules
     "kit-files",  # reading the kit's files (reference, hidden graders)
     "network",
     "gc-search",  # looking for the expected tensors in gc.get_objects()

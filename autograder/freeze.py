@@ -1,0 +1,170 @@
+"""Freeze the student side while the trusted process times the reference modules.
+
+The speedup checks compare the student's fused module with reference modules
+timed in the trusted process. Student code that keeps running while a
+reference is timed (busy loops forked into sessions of their own and resumed
+by a watchdog thread just after the student's own block) makes the
+references look slow and buys the speedup points. So, around every reference
+block, the whole student process tree is stopped with SIGSTOP: the student
+process, its keeper and every descendant, daemons included (the keeper is a
+child subreaper, so every orphan of student code stays in the tree, in every
+isolation level). A stopped process cannot fork, so stopping the tree until
+no new process appears leaves nothing running. The CPU time of every process
+of the tree is read before and after the block: a block during which any of
+it grew (a process that escaped the freeze) is reported, and the timing
+discards it.
+
+Stdlib only; Linux /proc. Where /proc is missing (not Linux) nothing is
+frozen and `Freeze.clean` is None: the measurement cannot be vouched for.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from contextlib import contextmanager
+
+_TICK_NS = 1e9 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 1e7
+_STOPPED = frozenset("tTZX")  # stopped, traced, zombie, dead: none of them runs
+SETTLE_SECONDS = 1.0  # how long to wait for a SIGSTOP to take effect before calling the freeze incomplete
+
+
+def _stat(pid):
+    """(state, ppid) of `pid`, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def tree(root: int) -> list[int]:
+    """`root` and every descendant of it, by the parent links in /proc (root first)."""
+    children = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            stat = _stat(int(name))
+            if stat is not None:
+                children.setdefault(stat[1], []).append(int(name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+def _threads(pid):
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
+
+
+def cpu_ns(pid: int) -> int:
+    """CPU time used so far by every thread of `pid`, in ns (0 when it is gone)."""
+    total = 0
+    for tid in _threads(pid):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as fh:
+                total += int(fh.read().split()[0])
+            continue
+        except (OSError, ValueError, IndexError):
+            pass
+        try:  # no schedstat: utime + stime, in clock ticks
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            total += int((int(fields[11]) + int(fields[12])) * _TICK_NS)
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def _all_stopped(pid):
+    """Whether every thread of `pid` is stopped (or gone)."""
+    for tid in _threads(pid):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
+                if fh.read().rsplit(b")", 1)[1].split()[0].decode() not in _STOPPED:
+                    return False
+        except (OSError, IndexError):
+            continue
+    return True
+
+
+class Freeze:
+    """What a freeze found: the processes it stopped and whether any of them ran during it."""
+
+    def __init__(self, root):
+        self.root = root
+        self.stopped: list[int] = []
+        self.complete = True  # every process of the tree was seen stopped before the block began
+        self.before: dict[int, int] = {}
+        self.ran_ns = 0  # CPU time the tree used during the block (0 when frozen)
+        self.new: list[int] = []  # processes of the tree that appeared during the block
+        self.clean: bool | None = None  # set on exit: nothing of the tree ran during the block
+
+    def why(self) -> str:
+        """Why the block was not clean, in words ("" when it was)."""
+        if self.clean is not False:
+            return ""
+        parts = []
+        if self.ran_ns:
+            parts.append(f"the student's processes used {self.ran_ns / 1e6:.1f} ms of CPU")
+        if self.new:
+            parts.append(f"{len(self.new)} new student process(es) appeared")
+        return " and ".join(parts) or "the student's processes could not be stopped"
+
+    def stop(self):
+        deadline = time.monotonic() + SETTLE_SECONDS
+        seen = set()
+        while True:
+            new = [pid for pid in tree(self.root) if pid not in seen]
+            if not new:
+                break
+            for pid in new:
+                seen.add(pid)
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                    self.stopped.append(pid)
+                except ProcessLookupError:
+                    continue
+                except PermissionError:
+                    self.complete = False
+            for pid in new:  # wait until the signal has landed: a process that still runs may still fork
+                while not _all_stopped(pid):
+                    if time.monotonic() > deadline:
+                        self.complete = False
+                        break
+                    time.sleep(0.0002)
+        self.before = {pid: cpu_ns(pid) for pid in self.stopped}
+
+    def resume(self):
+        after = {pid: cpu_ns(pid) for pid in self.stopped}
+        grown = [after[p] - self.before.get(p, 0) for p in self.stopped if after[p] > self.before.get(p, 0)]
+        self.new = [pid for pid in tree(self.root) if pid not in self.before]
+        self.ran_ns = sum(grown)
+        self.clean = not grown and not self.new  # what counts is whether any of it ran, not how fast it stopped
+        for pid in reversed(self.stopped):
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+
+
+@contextmanager
+def frozen(root: int | None):
+    """Stop the process tree under `root` for the duration of the block; yield its Freeze.
+
+    `root` None (no student process) or no /proc: nothing is frozen, `clean` stays None.
+    """
+    freeze = Freeze(root)
+    if root is None or not os.path.isdir("/proc/self/task"):
+        yield freeze
+        return
+    try:
+        freeze.stop()
+        yield freeze
+    finally:
+        freeze.resume()

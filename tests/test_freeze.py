@@ -1,0 +1,146 @@
+"""Freezing the student side while the references are timed (autograder/freeze.py), with real processes.
+
+A tree like a student's: a parent that forks busy loops, each in a session of
+its own (as a daemon or a CPU burner would be). While frozen, none of them
+may use the CPU; after, all run again; a process outside the tree is never
+touched; and a block in which a process of the tree ran anyway is reported
+as not clean.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from autograder import freeze, timing
+
+TREE = r"""
+import os, sys, time
+for _ in range(3):
+    if os.fork() == 0:
+        os.setsid()
+        while True:
+            pass
+sys.stdout.write("ready\n"); sys.stdout.flush()
+while True:
+    pass
+"""
+
+
+@pytest.fixture
+def busy_tree():
+    """A parent busy loop with 3 busy children in sessions of their own; ended with its whole tree."""
+    proc = subprocess.Popen([sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"
+    pids = freeze.tree(proc.pid)
+    yield proc, pids
+    for pid in reversed(pids):
+        for sig in (signal.SIGKILL, signal.SIGCONT):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+    proc.wait()
+
+
+def _state(pid):
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_tree_finds_children_in_other_sessions(busy_tree):
+    proc, pids = busy_tree
+    assert pids[0] == proc.pid and len(pids) == 4, f"expected the parent and its 3 children, got {pids}"
+
+
+def test_a_frozen_tree_uses_no_cpu_and_runs_again_after(busy_tree):
+    proc, pids = busy_tree
+    with freeze.frozen(proc.pid) as fz:
+        states = {pid: _state(pid) for pid in pids}
+        used = {pid: freeze.cpu_ns(pid) for pid in pids}
+        time.sleep(0.3)
+        grown = {pid: freeze.cpu_ns(pid) - used[pid] for pid in pids}
+    assert set(states.values()) == {"T"}, f"expected every process stopped (T) while frozen, got {states}"
+    assert not any(grown.values()), f"expected no CPU used while frozen, got ns per pid {grown}"
+    assert fz.clean is True and fz.why() == "", (fz.clean, fz.why())
+    before = {pid: freeze.cpu_ns(pid) for pid in pids}
+    time.sleep(0.3)
+    ran = [pid for pid in pids if freeze.cpu_ns(pid) > before[pid]]
+    assert len(ran) >= 2, f"expected the busy loops to run again after the freeze, only {ran} of {pids} did"
+
+
+def test_a_process_outside_the_tree_is_never_stopped(busy_tree):
+    proc, _ = busy_tree
+    outsider = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        with freeze.frozen(proc.pid):
+            time.sleep(0.05)
+            state = _state(outsider.pid)
+        assert state in "RS", f"expected the process outside the tree to keep running, its state was {state}"
+    finally:
+        outsider.kill()
+        outsider.wait()
+
+
+def test_a_tree_process_that_ran_during_the_block_makes_it_unclean(busy_tree):
+    proc, pids = busy_tree
+    with freeze.frozen(proc.pid) as fz:
+        os.kill(pids[-1], signal.SIGCONT)  # as if a process had escaped the freeze
+        time.sleep(0.2)
+    assert fz.clean is False and "ms of CPU" in fz.why(), (fz.clean, fz.why())
+
+
+class _FakeSandbox:
+    def process_tree_root(self):
+        return None
+
+
+class _FakeRemote:
+    """The reference fused module standing in for a student's, timed in this process."""
+
+    sandbox = _FakeSandbox()
+
+    def __init__(self):
+        self.module = timing.reference_modules()[1]
+
+    def time(self, xs, discard=False):
+        import torch
+
+        with torch.no_grad():
+            return [self.module(x) for x in xs]
+
+
+def test_rounds_with_student_cpu_during_the_references_are_discarded(monkeypatch):
+    """measure() keeps no figure of a round whose freeze was not clean; with none left, nothing is vouched for."""
+    class Unclean:
+        clean = False
+
+        def why(self):
+            return "the student's processes used 3.0 ms of CPU"
+
+    class Ctx:
+        def __enter__(self):
+            return Unclean()
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(timing, "frozen", lambda root: Ctx())
+    m = timing.measure(_FakeRemote(), rounds=2, reps=2)
+    assert (m.rounds, m.discarded, m.vouched) == (2, 2, False), (m.rounds, m.discarded, m.vouched)
+    assert not timing.passes(m) and m.details == ["the student's processes used 3.0 ms of CPU"] * 2
+
+
+def test_every_try_draws_inputs_nobody_could_predict():
+    """Fresh secret seeds per try; each round's inputs come from a hash of it, and round_inputs rebuilds them."""
+    seeds = {timing.new_secret() for _ in range(50)}
+    assert len(seeds) == 50, "expected a new seed for every try"
+    secret = timing.new_secret()
+    rounds = [timing.round_inputs(secret, r) for r in range(timing.ROUNDS + 1)]
+    assert rounds[0].shape[0] == 2 and all(x.shape[0] == timing.REPS for x in rounds[1:])
+    flat = [x.flatten()[:8].tolist() for x in rounds]
+    assert len({tuple(f) for f in flat}) == len(flat), "expected different inputs in every round"
+    assert timing.round_inputs(secret, 3).equal(rounds[3]), "expected round_inputs to rebuild a round exactly"
+    assert timing.round_seed(secret, 1) != secret + 1, "expected round seeds derived by a hash, not by counting"
