@@ -66,6 +66,48 @@ def check_structure(remote, reference, what):
     return state
 
 
+def check_dropout_on_weights(remote, reference, d_in, block, what, p=0.5):
+    """In training mode dropout acts on the attention weights, and in eval mode not at all.
+
+    The evidence is token 0: under the causal mask it attends only to itself,
+    with weight 1, so each head's output there is exactly that head's value
+    vector v0 (eval mode). Dropping that one weight zeroes the head's whole
+    output block at token 0, keeping it scales the block by 1 / (1 - p): each
+    block (`block` features) is all 0 or all v0 / (1 - p). Dropout anywhere
+    else (on the context after weights @ V, on V, on the output) drops
+    features one by one; before the softmax (on the scores, q or k) it cannot
+    change a weight of 1 at all.
+    """
+    x = randn(8, 5, d_in, seed=31)  # (B, T, d_in)
+    with torch.no_grad():
+        v0 = reference(x)[:, 0]  # (B, features): each head's v0, the output at token 0 in eval mode
+    expect_same(remote, reference, x, f"in eval mode with dropout={p} (dropout must not act in eval mode)")
+    got, _ = forward(remote, x, train=True, seed=5)
+    got = checks.shape(got, tuple(reference(x).shape), f"{what} output in training mode")
+    heads = got[:, 0].reshape(x.shape[0], -1, block)  # (B, heads, block) at token 0
+    full = v0.reshape(heads.shape) / (1 - p)  # (B, heads, block)
+    dropped = (heads.abs() <= 1e-6).all(-1)  # (B, heads)
+    kept = torch.isclose(heads, full, rtol=1e-4, atol=1e-5).all(-1)  # (B, heads)
+    if (dropped | kept).all() and dropped.any() and kept.any():
+        return
+    n = dropped.numel()
+    found = f"{int(dropped.sum())} head outputs of {n} all 0, {int(kept.sum())} all v0 / (1 - p)"
+    elementwise = ((heads.abs() <= 1e-6) | torch.isclose(heads, full, rtol=1e-4, atol=1e-5)).all()
+    if torch.isclose(heads, full * (1 - p), rtol=1e-4, atol=1e-5).all():
+        why = ("nothing was dropped: dropout is not applied in training mode, or it is applied where it cannot "
+               "change a weight of 1 (on the scores before the softmax, or on q or k)")
+    elif elementwise:
+        why = ("features were dropped one by one inside a head: dropout acts after weights @ V (on the context), "
+               "on V or on the output, not on the attention weights")
+    else:
+        why = ("the outputs are neither dropped nor kept whole, so the weight of 1 itself changed: dropout seems to "
+               "act before the softmax (on the scores); apply it to the softmax's output")
+    raise AssertionError(
+        f"{what} with dropout={p}, in training mode, should apply dropout to the attention weights: token 0 attends only "
+        f"to itself (weight 1), so each head's output there must be either all 0 (weight dropped) or all "
+        f"v0 / (1 - p) = 2 * v0 (weight kept); found {found}: {why}")
+
+
 def check_meta(remote, d_in, d_out, what):
     remote.to(device="meta")
     out, _ = remote(randn(2, 5, d_in).to("meta"))
@@ -122,10 +164,11 @@ def test_causal_attention_is_causal(student):
 
 @grade(1, "dropout")
 def test_causal_attention_dropout(student):
-    """CausalAttention applies its dropout to the weights in training mode (dropout=1.0 drops everything)"""
-    remote, _ = build(student, "CausalAttention", 3, 4, 6, 1.0)
-    out, _ = forward(remote, randn(2, 5, 3), train=True)
-    checks.close(out, torch.zeros(2, 5, 4), "CausalAttention(3, 4, 6, dropout=1.0) output in training mode")
+    """CausalAttention and the stacked module apply dropout to the attention weights, in training mode only"""
+    remote, reference = build(student, "CausalAttention", 3, 4, 6, 0.5)
+    check_dropout_on_weights(remote, reference, 3, 4, "CausalAttention(3, 4, 6)")
+    remote, reference = build(student, "StackedMultiHeadAttention", 3, 4, 6, 0.5, 4)
+    check_dropout_on_weights(remote, reference, 3, 4, "StackedMultiHeadAttention(3, 4, 6, 4 heads)")
 
 
 @grade(1, "device")
@@ -276,11 +319,12 @@ def test_fused_raises_value_error(student):
 
 @grade(1, "dropout")
 def test_fused_dropout(student):
-    """MultiHeadAttention applies its dropout to the weights in training mode (dropout=1.0 leaves only Wo's bias)"""
-    remote, reference = build(student, "MultiHeadAttention", 3, 4, 6, 1.0, 2)
-    out, _ = forward(remote, randn(2, 5, 3), train=True)
-    expected = reference.Wo.bias.detach().expand(2, 5, 4)  # weights all dropped: context 0, output Wo(0)
-    checks.close(out, expected, "MultiHeadAttention(3, 4, 6, dropout=1.0) output in training mode")
+    """MultiHeadAttention applies dropout to the attention weights, in training mode only"""
+    remote, reference = build(student, "MultiHeadAttention", 3, 16, 6, 0.5, 4)
+    identity = {"Wo.weight": torch.eye(16), "Wo.bias": torch.zeros(16)}  # the output shows the merged heads
+    remote.load(identity)
+    reference.load_state_dict(identity, strict=False)
+    check_dropout_on_weights(remote, reference, 3, 4, "MultiHeadAttention(3, 16, 6, 4 heads)")
 
 
 @grade(1, "inputs")
