@@ -72,6 +72,8 @@ class Measurement:
     rounds: int = ROUNDS  # rounds timed, over all tries
     discarded: int = 0  # of them, rounds in which student code ran while a reference was timed
     details: list = field(default_factory=list)  # why rounds were discarded (CPU used, new processes)
+    mismatched: list = field(default_factory=list, repr=False)  # (input, output) of passes unlike the reference
+    module: object = field(default=None, repr=False)  # the student's timed module (a RemoteModule)
 
     @property
     def vouched(self):
@@ -202,12 +204,23 @@ def serialization_cost(xs):
     return time.perf_counter() - begin
 
 
-def did_the_work(outputs, reference, xs):
-    """Whether the timed block returned, for every input, what the reference module gives for it."""
+def did_the_work(outputs, reference, xs, mismatched=None):
+    """Whether the timed block returned, for every input, what the reference module gives for it.
+
+    `mismatched` (a list) collects the (input, output) pairs that differ from the reference, so that a
+    grader can ask whether they are explained by a fault of the student's parts (graders/blame.py)."""
+    if not isinstance(outputs, list) or len(outputs) != len(xs):
+        return False
+    ok = True
     with torch.no_grad():
-        return isinstance(outputs, list) and len(outputs) == len(xs) and all(
-            isinstance(out, torch.Tensor) and out.shape == (expected := reference(x)).shape
-            and torch.allclose(out, expected, rtol=1e-3, atol=1e-4) for out, x in zip(outputs, xs))
+        for out, x in zip(outputs, xs):
+            expected = reference(x)
+            if not (isinstance(out, torch.Tensor) and out.shape == expected.shape
+                    and torch.allclose(out, expected, rtol=1e-3, atol=1e-4)):
+                ok = False
+                if mismatched is not None:
+                    mismatched.append((x, out))
+    return ok
 
 
 def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None) -> Measurement:
@@ -229,7 +242,7 @@ def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None) -
     root = fused_remote.sandbox.process_tree_root()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    verified, discarded, details = True, 0, []
+    verified, discarded, details, mismatched = True, 0, [], []
     try:
         warm = round_inputs(secret, 0, device)
         time_remote_block(fused_remote, warm)  # warm up both sides
@@ -241,7 +254,7 @@ def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None) -
             with frozen(root) as freeze:
                 ref_stacked, ref_fused = time_block(stacked, xs), time_block(fused, xs)
                 trip = serialization_cost(xs)
-            verified = verified and did_the_work(outputs, fused, xs)
+            verified = did_the_work(outputs, fused, xs, mismatched) and verified
             if freeze.clean is False:
                 discarded += 1
                 details.append(freeze.why())
@@ -251,7 +264,7 @@ def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None) -
         torch.set_num_threads(threads)
     student, ref_stacked, ref_fused, trip = best
     return Measurement(student, ref_stacked + trip / reps, ref_fused + trip / reps, device=device, verified=verified,
-                       seeds=(secret,), rounds=rounds, discarded=discarded, details=details)
+                       seeds=(secret,), rounds=rounds, discarded=discarded, details=details, mismatched=mismatched)
 
 
 def passes(m: Measurement) -> bool:
@@ -265,6 +278,8 @@ def measure_until(fused_remote, passes=passes, device="cpu", retries=RETRIES) ->
     far, so a retry sharpens every figure (the references' too) instead of
     drawing a fresh sample. Noise only ever makes a block slower, so the best
     times only move towards the truth, and no retry turns a slow module fast.
+    Each try has inputs of its own (a new secret seed): nothing of an
+    earlier try can be replayed.
     """
     result = None
     for _ in range(retries):
@@ -273,7 +288,9 @@ def measure_until(fused_remote, passes=passes, device="cpu", retries=RETRIES) ->
             m = Measurement(min(m.student_fused, result.student_fused),
                             min(m.reference_stacked, result.reference_stacked),
                             min(m.reference_fused, result.reference_fused), device=device,
-                            verified=m.verified and result.verified)
+                            verified=m.verified and result.verified, seeds=result.seeds + m.seeds,
+                            rounds=result.rounds + m.rounds, discarded=result.discarded + m.discarded,
+                            details=result.details + m.details, mismatched=result.mismatched + m.mismatched)
         result = m
         if passes(result):
             break
@@ -287,5 +304,7 @@ def grade_speedup(student, device="cpu") -> Measurement:
     """The measurement both speedup checks of one grading share (taken once per student process)."""
     key = (id(student), device)
     if key not in _measured:
-        _measured[key] = measure_until(build_fused(student, device), device=device)
+        remote = build_fused(student, device)
+        _measured[key] = measure_until(remote, device=device)
+        _measured[key].module = remote
     return _measured[key]

@@ -144,3 +144,14 @@ def test_every_try_draws_inputs_nobody_could_predict():
     assert len({tuple(f) for f in flat}) == len(flat), "expected different inputs in every round"
     assert timing.round_inputs(secret, 3).equal(rounds[3]), "expected round_inputs to rebuild a round exactly"
     assert timing.round_seed(secret, 1) != secret + 1, "expected round seeds derived by a hash, not by counting"
+
+
+def test_retries_record_the_seed_and_rounds_of_every_try(monkeypatch):
+    """The report must let an instructor rebuild every input of every try (one secret seed per try)."""
+    tries = iter([timing.Measurement(1.0, 1.0, 1.0, seeds=(11,), rounds=5, discarded=1, details=["x"]),
+                  timing.Measurement(1.0, 1.0, 1.0, seeds=(22,), rounds=5),
+                  timing.Measurement(1.0, 1.0, 1.0, seeds=(33,), rounds=5)])
+    monkeypatch.setattr(timing, "measure", lambda remote, device="cpu": next(tries))
+    result = timing.measure_until(None)
+    assert (result.seeds, result.rounds, result.discarded, result.details) == ((11, 22, 33), 15, 1, ["x"])
+    assert result.to_dict()["seeds"] == [11, 22, 33]

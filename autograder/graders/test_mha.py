@@ -3,6 +3,7 @@ import torch
 
 from autograder import checks, timing
 from autograder.checks import grade, needs_cuda
+from autograder.graders import blame
 from autograder.graders.common import SEED_004_FUSED, SEED_004_INPUTS, SEED_004_STACKED, params_of, randn, seeded
 from solutions import mha as ref
 
@@ -29,10 +30,27 @@ def forward(remote, x, **kw):
     return checks.tensor(value, f"{remote.name}.forward(x {tuple(x.shape)})"), after
 
 
+def unless_inherited(remote, x, got, failure):
+    """Raise `failure`, unless `got` is what the reference wiring gives with some of the student's own parts
+    (attention, heads, masks): then the module is right given its parts, and the check passes with a note
+    naming the part to blame (graded in its own module, once)."""
+    parts = blame.inherited_from(remote.sandbox, remote, x, got)
+    if parts is None:
+        raise failure
+    checks.note(blame.note(remote, parts))
+    return parts
+
+
 def expect_same(remote, reference, x, what):
+    """Check the output for `x` against the reference; return the student's parts it inherits a fault from
+    ([] when it matches the reference itself)."""
     got, _ = forward(remote, x)
-    with torch.no_grad():
-        checks.close(got, reference(x), f"{remote.name} output for x {tuple(x.shape)} {what}".strip())
+    try:
+        with torch.no_grad():
+            checks.close(got, reference(x), f"{remote.name} output for x {tuple(x.shape)} {what}".strip())
+    except AssertionError as failure:
+        return unless_inherited(remote, x, got, failure)
+    return []
 
 
 def check_causal(remote, d_in, what):
@@ -44,10 +62,12 @@ def check_causal(remote, d_in, what):
         changed[:, t + 1:] = randn(1, 5 - t, d_in, seed=20 + t)
         after, _ = forward(remote, changed)
         if before.shape != after.shape or not torch.allclose(before[:, :t + 1], after[:, :t + 1], atol=1e-6):
-            raise AssertionError(
+            failure = AssertionError(
                 f"{what} is not causal: changing the tokens after position {t} changed the output at "
                 f"positions 0..{t}; position i may only attend to positions j <= i (apply the causal mask "
                 "before the softmax)")
+            unless_inherited(remote, changed, after, failure)
+            return
 
 
 def check_structure(remote, reference, what):
@@ -81,7 +101,8 @@ def check_dropout_on_weights(remote, reference, d_in, block, what, p=0.5):
     x = randn(8, 5, d_in, seed=31)  # (B, T, d_in)
     with torch.no_grad():
         v0 = reference(x)[:, 0]  # (B, features): each head's v0, the output at token 0 in eval mode
-    expect_same(remote, reference, x, f"in eval mode with dropout={p} (dropout must not act in eval mode)")
+    if expect_same(remote, reference, x, f"in eval mode with dropout={p} (dropout must not act in eval mode)"):
+        return  # its output inherits a fault of its parts: the evidence below depends on them (see the note)
     got, _ = forward(remote, x, train=True, seed=5)
     got = checks.shape(got, tuple(reference(x).shape), f"{what} output in training mode")
     heads = got[:, 0].reshape(x.shape[0], -1, block)  # (B, heads, block) at token 0
@@ -202,8 +223,9 @@ def test_stacked_worked_example_seed_004(student):
     out = checks.shape(out, (2, 6, 4), "the stacked output of tutorial 004")
     for b in range(2):
         if not torch.allclose(out[b], SEED_004_STACKED, atol=1e-4, rtol=0):
-            raise AssertionError(f"tutorial 004 (stacked): expected rows {checks.rows(SEED_004_STACKED[:2])}..., "
-                                 f"got {checks.rows(out[b, :2])}... for batch item {b}")
+            failure = AssertionError(f"tutorial 004 (stacked): expected rows {checks.rows(SEED_004_STACKED[:2])}..., "
+                                     f"got {checks.rows(out[b, :2])}... for batch item {b}")
+            return unless_inherited(remote, batch, out, failure)
 
 
 @grade(2, "values")
@@ -262,10 +284,11 @@ def test_fused_worked_example_seed_004(student):
     out = checks.shape(out, (2, 6, 4), "the fused output of tutorial 004")
     for b in range(2):
         if not torch.allclose(out[b], SEED_004_FUSED, atol=1e-4, rtol=0):
-            raise AssertionError(
+            failure = AssertionError(
                 f"tutorial 004: expected first and last rows {checks.rows(SEED_004_FUSED[[0, -1]])}, got "
                 f"{checks.rows(out[b, [0, -1]])} for batch item {b} (layers created in the order Wq, Wk, Wv, "
                 "Wo with the default nn.Linear init)")
+            return unless_inherited(remote, batch, out, failure)
 
 
 @grade(2, "values")
@@ -290,9 +313,12 @@ def test_fused_equals_stacked_with_same_head_weights(student):
     remote.load(params)
     x = randn(2, 7, d_in)
     got, _ = forward(remote, x)
-    with torch.no_grad():
-        checks.close(got, stacked(x), "MultiHeadAttention with the heads' weights stacked in Wq, Wk, Wv (head h "
-                     "in rows h*head_dim:(h+1)*head_dim) and Wo = identity, against StackedMultiHeadAttention")
+    try:
+        with torch.no_grad():
+            checks.close(got, stacked(x), "MultiHeadAttention with the heads' weights stacked in Wq, Wk, Wv (head h "
+                         "in rows h*head_dim:(h+1)*head_dim) and Wo = identity, against StackedMultiHeadAttention")
+    except AssertionError as failure:
+        unless_inherited(remote, x, got, failure)
 
 
 @grade(2, "mask")
@@ -367,11 +393,34 @@ def speedup_measurement(student, record_property):
     """The measurement both speedup checks share; its figures and seeds go into the report."""
     result = timing.grade_speedup(student)
     record_property("timing", result.to_dict())
-    assert result.verified, UNVERIFIED
+    if not result.verified:
+        parts = inherited_in_timing(student, result)
+        assert parts, UNVERIFIED
+        checks.note(blame.note(result.module, parts))
     assert result.vouched, (
         f"not timed: in every one of the {result.rounds} rounds, processes of your submission used the CPU while "
         f"the reference modules were timed (they must be idle then; {'; '.join(result.details[:2])})")
     return result
+
+
+def inherited_in_timing(student, result, samples=3):
+    """The student's parts that explain the timed outputs unlike the reference's, or None.
+
+    A few of those passes, drawn at random here after the timing (the student process cannot know which),
+    must each equal the reference wiring run with the student's faulty parts (graders/blame.py): a block
+    that skipped its work on some passes is caught as before."""
+    import random
+
+    remote = result.module
+    if remote is None or not result.mismatched:
+        return None
+    found = None
+    for x, out in random.SystemRandom().sample(result.mismatched, min(samples, len(result.mismatched))):
+        parts = blame.inherited_from(student, remote, x, out)
+        if parts is None or (found is not None and parts != found):
+            return None
+        found = parts
+    return found
 
 
 @grade(2, "speedup")

@@ -1,0 +1,187 @@
+"""Blame the module that is wrong, once: does a failing attention module only inherit a fault of its parts?
+
+A student's CausalAttention, StackedMultiHeadAttention and MultiHeadAttention
+may call the student's own `scaled_dot_product_attention` (attention.py),
+`split_heads` / `merge_heads` (heads.py) and `causal_mask` (masks.py). A bug
+in one of those is graded in its own module; it must not cost every MHA
+check again. So when an MHA value check fails, the trusted process runs the
+reference *wiring* of that module (projections, split, mask, attention,
+merge, output projection, as in solutions/mha.py) with the student's module
+weights, but sends some steps to the student process as requests to the
+student's own functions (tensors in, tensors out; no instructor code ever
+runs there). If the student's output equals such a composition, and that
+composition differs from the reference, the module is right given its parts:
+the check passes with a note that names the part to blame. Otherwise the
+module has a fault of its own and the check fails as before.
+
+Shapes: x (B, T, d_in); q, k, v (B, T, d_out) per head (CausalAttention) or
+(B, H, T, head_dim) after the split (MultiHeadAttention).
+"""
+from __future__ import annotations
+
+import itertools
+
+import torch
+import torch.nn.functional as F
+
+from autograder.sandbox import StudentError
+from solutions import attention as ref_attention
+from solutions import heads as ref_heads
+from solutions import masks as ref_masks
+
+# part -> (student module, function), for the messages and the requests
+PARTS = {
+    "attention": ("attention", "scaled_dot_product_attention"),
+    "mask": ("masks", "causal_mask"),
+    "split": ("heads", "split_heads"),
+    "merge": ("heads", "merge_heads"),
+}
+USED_BY = {
+    "CausalAttention": ("attention", "mask"),
+    "StackedMultiHeadAttention": ("attention", "mask"),
+    "MultiHeadAttention": ("attention", "mask", "split", "merge"),
+}
+
+
+class _Broken(Exception):
+    """A student part raised or returned something unusable: no composition with it."""
+
+
+class Parts:
+    """The four steps, each either the reference's (run here) or the student's (a request to its process)."""
+
+    def __init__(self, student, use):
+        self.student, self.use = student, set(use)
+
+    def _call(self, part, *args):
+        module, name = PARTS[part]
+        try:
+            value, _ = self.student.call(module, name, *args)
+        except StudentError as exc:
+            raise _Broken(str(exc)) from None
+        return value
+
+    def attention(self, q, k, v, mask):
+        if "attention" not in self.use:
+            return ref_attention.scaled_dot_product_attention(q, k, v, mask)[0]
+        value = self._call("attention", q, k, v, mask)
+        out = value[0] if isinstance(value, (list, tuple)) and value else value
+        if not isinstance(out, torch.Tensor):
+            raise _Broken("scaled_dot_product_attention returned no tensor")
+        return out
+
+    def mask(self, T):
+        if "mask" not in self.use:
+            return ref_masks.causal_mask(T)
+        out = self._call("mask", T)
+        if not isinstance(out, torch.Tensor):
+            raise _Broken("causal_mask returned no tensor")
+        return out
+
+    def split(self, x, H):
+        if "split" not in self.use:
+            return ref_heads.split_heads(x, H)
+        out = self._call("split", x, H)
+        if not isinstance(out, torch.Tensor):
+            raise _Broken("split_heads returned no tensor")
+        return out
+
+    def merge(self, x):
+        if "merge" not in self.use:
+            return ref_heads.merge_heads(x)
+        out = self._call("merge", x)
+        if not isinstance(out, torch.Tensor):
+            raise _Broken("merge_heads returned no tensor")
+        return out
+
+
+def _linear(params, name, x):
+    return F.linear(x, params[f"{name}.weight"], params.get(f"{name}.bias"))
+
+
+def _causal(params, x, parts, prefix=""):
+    q, k, v = (_linear(params, f"{prefix}W{p}", x) for p in "qkv")  # (B, T, d_out) each
+    return parts.attention(q, k, v, parts.mask(x.shape[1]))  # (B, T, d_out)
+
+
+def _stacked(params, x, parts, num_heads):
+    return torch.cat([_causal(params, x, parts, f"heads.{h}.") for h in range(num_heads)], dim=-1)  # (B, T, H*d_out)
+
+
+def _fused(params, x, parts, num_heads):
+    q, k, v = (parts.split(_linear(params, f"W{p}", x), num_heads) for p in "qkv")  # (B, H, T, head_dim)
+    context = parts.attention(q, k, v, parts.mask(x.shape[1]))  # (B, H, T, head_dim)
+    return _linear(params, "Wo", parts.merge(context))  # (B, T, d_out)
+
+
+def _wiring(name, params, num_heads):
+    if name == "CausalAttention":
+        return lambda x, parts: _causal(params, x, parts)
+    if name == "StackedMultiHeadAttention":
+        return lambda x, parts: _stacked(params, x, parts, num_heads)
+    return lambda x, parts: _fused(params, x, parts, num_heads)
+
+
+def _num_heads(name, params, args, kwargs):
+    if name == "StackedMultiHeadAttention":
+        return len({key.split(".")[1] for key in params if key.startswith("heads.")})
+    if name == "MultiHeadAttention":
+        return kwargs.get("num_heads", args[4] if len(args) > 4 else None)
+    return 1
+
+
+def _close(a, b):
+    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
+            and bool(torch.allclose(a.double(), b.double(), atol=1e-4, rtol=1e-4)))
+
+
+def inherited_from(student, remote, x, got) -> list[str] | None:
+    """The student's parts that explain `got` (the output of `remote` for `x`, eval mode), or None.
+
+    None: no composition of the reference wiring with some of the student's
+    parts gives `got` (the module has a fault of its own), or the student's
+    parts agree with the reference's (then nothing is inherited).
+    """
+    name = getattr(remote, "name", None)
+    if name not in USED_BY or not isinstance(got, torch.Tensor) or got.is_meta:
+        return None
+    try:
+        state = remote.state()
+    except StudentError:
+        return None
+    params = {k: v.detach().to(x.dtype) for k, v in state.get("parameters", {}).items()}
+    num_heads = _num_heads(name, params, getattr(remote, "args", ()), getattr(remote, "kwargs", {}))
+    if not num_heads:
+        return None
+    run = _wiring(name, params, num_heads)
+    try:
+        with torch.no_grad():
+            reference = run(x, Parts(student, ()))
+    except (KeyError, RuntimeError, ValueError, TypeError):
+        return None  # the student's module does not have the reference's parameters: not this question
+    if _close(got, reference):
+        return None
+    parts = USED_BY[name]
+    for size in range(1, len(parts) + 1):
+        for use in itertools.combinations(parts, size):
+            try:
+                with torch.no_grad():
+                    composed = run(x, Parts(student, use))
+            except (_Broken, KeyError, RuntimeError, ValueError, TypeError):
+                continue
+            if _close(got, composed) and not _close(composed, reference):
+                return list(use)
+    return None
+
+
+def describe(parts) -> str:
+    """'scaled_dot_product_attention (attention.py) and causal_mask (masks.py)'."""
+    return " and ".join(f"{PARTS[p][1]} ({PARTS[p][0]}.py)" for p in parts)
+
+
+def note(remote, parts) -> str:
+    """What the report says of a check whose failure is inherited."""
+    modules = sorted({PARTS[p][0] for p in parts})
+    return (f"Passed as far as {remote.name} goes: it is right given its parts, but it calls your "
+            f"{describe(parts)}, which has a fault of its own (see the {', '.join(modules)} checks); "
+            f"the points are lost there, once.")

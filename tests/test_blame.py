@@ -1,0 +1,121 @@
+"""A fault is charged once, in the module that has it (autograder/graders/blame.py), with real gradings.
+
+The submission's mha.py is built from the student's own parts, as the
+contract allows (`from attention import scaled_dot_product_attention`, ...).
+A bug planted in one part costs points in that part's module only: the MHA
+checks pass, each saying which part it inherits the fault from. A fault of
+the MHA's own, next to a faulty part, still costs MHA points.
+"""
+import pytest
+
+from autograder.engine import grade
+from tests.conftest import SOLUTIONS
+
+COMPOSED_IMPORTS = '''from attention import scaled_dot_product_attention
+from heads import merge_heads, split_heads
+from masks import causal_mask
+'''
+CAUSAL_FORWARD = ('''        B, T, _ = x.shape
+        q, k, v = self.Wq(x), self.Wk(x), self.Wv(x)  # (B, T, d_out)
+        scores = q @ k.transpose(1, 2) / math.sqrt(k.size(-1))  # (B, T, T)
+        scores = scores.masked_fill(~self.mask[:T, :T], float("-inf"))
+        weights = self.dropout(torch.softmax(scores, dim=-1))  # (B, T, T)
+        return weights @ v  # (B, T, d_out)
+''', '''        B, T, _ = x.shape
+        q, k, v = self.Wq(x), self.Wk(x), self.Wv(x)  # (B, T, d_out)
+        context, _ = scaled_dot_product_attention(q, k, v, causal_mask(T, x.device), self.dropout)
+        return context  # (B, T, d_out)
+''')
+FUSED_FORWARD = ('''        B, T, _ = x.shape
+        H, hd = self.num_heads, self.head_dim
+        q = self.Wq(x).view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
+        k = self.Wk(x).view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
+        v = self.Wv(x).view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
+        scores = q @ k.transpose(2, 3) / math.sqrt(hd)  # (B, H, T, T)
+        scores = scores.masked_fill(~self.mask[:T, :T], float("-inf"))
+        weights = self.dropout(torch.softmax(scores, dim=-1))  # (B, H, T, T)
+        context = (weights @ v).transpose(1, 2).contiguous().view(B, T, self.d_out)  # (B, T, d_out)
+        return self.Wo(context)  # (B, T, d_out)
+''', '''        B, T, _ = x.shape
+        q, k, v = (split_heads(W(x), self.num_heads) for W in (self.Wq, self.Wk, self.Wv))  # (B, H, T, hd)
+        context, _ = scaled_dot_product_attention(q, k, v, causal_mask(T, x.device), self.dropout)
+        return self.Wo(merge_heads(context))  # (B, T, d_out)
+''')
+BUGS = {
+    "attention": ("/ math.sqrt(d_k)  # (..., L, S)", "/ d_k  # (..., L, S)"),
+    "heads": ("return x.view(B, T, num_heads, d_k).transpose(1, 2)  # (B, H, T, d_k)",
+              "return x.view(B, num_heads, T, d_k)  # (B, H, T, d_k)"),
+    "masks": ("return torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool, device=device))",
+              "return torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool, device=device))"),
+}
+MHA_OWN_BUG = ("return self.Wo(merge_heads(context))  # (B, T, d_out)", "return merge_heads(context)  # (B, T, d_out)")
+SELECT = "not faster_than and not close_to_reference"  # the speedup checks: only where they are the question
+
+
+def _replace(text, old, new):
+    assert text.count(old) == 1, f"expected exactly one {old!r} in the reference to patch"
+    return text.replace(old, new)
+
+
+def composed_submission(folder, bug=None, mha_bug=False):
+    """The reference, with an mha.py that calls the student's own attention, heads and masks; `bug`: a fault
+    planted in that part."""
+    folder.mkdir()
+    for path in SOLUTIONS.glob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        if path.stem == "mha":
+            text = _replace(text, "from torch import nn\n", "from torch import nn\n\n" + COMPOSED_IMPORTS)
+            text = _replace(text, *CAUSAL_FORWARD)
+            text = _replace(text, *FUSED_FORWARD)
+            if mha_bug:
+                text = _replace(text, *MHA_OWN_BUG)
+        if path.stem == bug:
+            text = _replace(text, *BUGS[bug])
+        (folder / path.name).write_text(text, encoding="utf-8")
+    return folder
+
+
+def graded(folder):
+    report = grade(folder, call_timeout=10.0, select=SELECT)
+    assert report.status == "graded", report.error
+    return report
+
+
+def test_an_mha_built_from_correct_parts_scores_full_marks(tmp_path):
+    report = graded(composed_submission(tmp_path / "composed"))
+    failed = [f"{t.module}/{t.id}: {t.message[:200]}" for t in report.failed()]
+    assert not failed, "expected full marks for an MHA built from the student's correct parts, got:\n" + "\n".join(failed)
+    notes = [t.id for t in report.tests if t.status == "passed" and t.message]
+    assert not notes, f"expected no inheritance notes when every part is right, got notes on {notes}"
+
+
+@pytest.mark.parametrize("part", sorted(BUGS))
+def test_a_faulty_part_costs_points_in_its_own_module_only(tmp_path, part):
+    report = graded(composed_submission(tmp_path / part, bug=part))
+    modules = report.modules()
+    earned, available = modules[part]
+    assert earned < available, f"expected the planted bug in {part}.py to cost points there, got {earned}/{available}"
+    mha = [f"{t.id}: {t.message[:300]}" for t in report.failed() if t.module == "mha"]
+    assert not mha, f"expected no MHA check to fail for a fault of {part}.py, got:\n" + "\n".join(mha)
+    noted = [t for t in report.tests if t.module == "mha" and t.status == "passed" and t.message]
+    assert noted, "expected MHA checks to say that they inherit the fault, none did"
+    for t in noted:
+        assert f"{part}.py" in t.message and "right given its parts" in t.message, (t.id, t.message)
+
+
+def test_speed_is_graded_for_an_mha_that_inherits_a_fault(tmp_path):
+    """The timed passes of an MHA with a faulty attention are checked against the wiring with that part."""
+    report = grade(composed_submission(tmp_path / "timed", bug="attention"), call_timeout=10.0,
+                   select="faster_than or close_to_reference")
+    speed = {t.id: t for t in report.tests}
+    assert set(speed) == {"test_fused_faster_than_reference_stacked", "test_fused_close_to_reference_fused"}
+    for t in speed.values():
+        assert t.status == "passed" and "attention.py" in t.message, (t.id, t.status, t.message[:300])
+
+
+def test_an_mha_with_a_fault_of_its_own_still_loses_points(tmp_path):
+    """A faulty part next to an MHA that is wrong by itself (no Wo): the MHA is not excused."""
+    report = graded(composed_submission(tmp_path / "both", bug="attention", mha_bug=True))
+    failed = {t.id for t in report.failed() if t.module == "mha"}
+    assert {"test_fused_values", "test_fused_worked_example_seed_004"} <= failed, (
+        f"expected the fused MHA without Wo to fail its value checks, failed: {sorted(failed)}")
