@@ -114,7 +114,7 @@ def _():
     near(out[0, [0, -1]], [[0.1184, 0.3120, -0.0847, -0.5774], [-0.0132, 0.2990, -0.0689, -0.3490]])
 
 
-@check("mha", "tutorial 004: stacked heads with W = torch.rand(3, 2) after torch.manual_seed(123)")
+@check("mha", "tutorial 004: stacked heads with W = torch.rand(3, 2) after torch.manual_seed(123), all six rows")
 def _():
     import torch
     from mha import StackedMultiHeadAttention
@@ -127,7 +127,9 @@ def _():
                 getattr(head, name).weight.copy_(torch.rand(3, 2).T)  # x @ W == Linear with weight W.T
         out = module(torch.tensor([SEED_004, SEED_004]))
     shape(out, (2, 6, 4))
-    near(out[0, 0], [0.1855, 0.8812, 1.3211, 0.8098])
+    near(out[0], [[0.1855, 0.8812, 1.3211, 0.8098], [0.3116, 0.9549, 1.6063, 1.1493],  # all six rows: row 0
+                  [0.3395, 0.9652, 1.6530, 1.2084], [0.3129, 0.8747, 1.5012, 1.0955],  # alone attends only to
+                  [0.2865, 0.7897, 1.4100, 1.0398], [0.2990, 0.8040, 1.4025, 1.0361]])  # itself: no scaling shows
 
 
 @check("positional", "sinusoidal_encoding(4, 8): position 0 = (0, 1, 0, 1, ...), PE[1, :2] = (sin 1, cos 1)")

@@ -212,7 +212,7 @@ def test_stacked_shape(student):
 
 @grade(2, "worked-example")
 def test_stacked_worked_example_seed_004(student):
-    """reproduces tutorial 004's stacked example: first row (0.1855, 0.8812, 1.3211, 0.8098)"""
+    """reproduces tutorial 004's stacked example, all six rows (the first is (0.1855, 0.8812, 1.3211, 0.8098))"""
     g = seeded(123)  # torch.manual_seed(123), then W_query, W_key, W_value = torch.rand(3, 2) per head
     params = {f"heads.{h}.{name}.weight": torch.rand(3, 2, generator=g).T  # x @ W == Linear with weight W.T
               for h in range(2) for name in ("Wq", "Wk", "Wv")}
