@@ -182,6 +182,5 @@ def describe(parts) -> str:
 def note(remote, parts) -> str:
     """What the report says of a check whose failure is inherited."""
     modules = sorted({PARTS[p][0] for p in parts})
-    return (f"Passed as far as {remote.name} goes: it is right given its parts, but it calls your "
-            f"{describe(parts)}, which has a fault of its own (see the {', '.join(modules)} checks); "
-            f"the points are lost there, once.")
+    return (f"Your {remote.name} is right given its parts; it inherits the fault of your {describe(parts)}: "
+            f"see the {' and '.join(modules)} checks, where those points are lost (once).")
