@@ -130,16 +130,16 @@ def grade(path, fmt, output, min_score, timeout, **sandbox):
     """
     from autograder.engine import SubmissionError
     from autograder.engine import grade as grade_submission
-    from autograder.results import GradeReport
+    from autograder.results import GradeReport, safe_line, safe_text
     from autograder.sandbox import GraderUnavailable
 
     try:
         report = grade_submission(path, call_timeout=timeout, **_sandbox(**sandbox))
-    except SubmissionError as exc:
-        click.echo(f"error: {exc}", err=True)
+    except SubmissionError as exc:  # its text may name the submission's files: escaped, as in every report
+        click.echo(f"error: {safe_text(exc, '  ')}", err=True)
         sys.exit(EXIT_CANNOT_RUN)
     except GraderUnavailable as exc:
-        click.echo(f"error: the grader cannot run student code here: {exc}", err=True)
+        click.echo(f"error: the grader cannot run student code here: {safe_text(exc, '  ')}", err=True)
         if fmt != "text":  # CI formats still get a file, that says error
             failed = GradeReport(submission=str(path), status="error", error=str(exc), grader_failure=True)
             _write(failed, failed.render(fmt), output)
@@ -148,7 +148,8 @@ def grade(path, fmt, output, min_score, timeout, **sandbox):
     if fmt != "text" and report.isolation_note():
         click.echo(report.isolation_note(), err=True)
     if report.status != "graded":
-        click.echo(f"warning: {report.status}: {report.error.splitlines()[0] if report.error else ''}", err=True)
+        click.echo(f"warning: {report.status}: {safe_line(report.error.splitlines()[0]) if report.error else ''}",
+                   err=True)
     if min_score is not None and report.score < min_score:
         click.echo(f"score {report.score:g} is below --min-score {min_score:g}", err=True)
         sys.exit(EXIT_BELOW_MIN)
@@ -171,11 +172,13 @@ def render(report_json, fmt, output):
     import json
 
     from autograder.ci_formats import report_from_dict
+    from autograder.results import safe_line
 
     try:
         report = report_from_dict(json.loads(report_json.read_text(encoding="utf-8")))
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        click.echo(f"error: {report_json} is not a report written by `grade --format json`: {exc}", err=True)
+        click.echo(f"error: {report_json} is not a report written by `grade --format json`: {safe_line(exc)}",
+                   err=True)
         sys.exit(EXIT_CANNOT_RUN)
     _write(report, report.render(fmt), output)
 
@@ -194,13 +197,14 @@ def check(path):
 
     from autograder.engine import SubmissionError, prepared
     from autograder.release import SELF_CHECK
+    from autograder.results import safe_text
 
     try:
         with prepared(path) as folder:
             folder = folder.resolve()
             proc = subprocess.run([sys.executable, str(SELF_CHECK), str(folder)], cwd=folder)
     except SubmissionError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {safe_text(exc, '  ')}", err=True)
         sys.exit(EXIT_CANNOT_RUN)
     sys.exit(1 if proc.returncode else 0)
 
@@ -231,7 +235,7 @@ def grade_all(folder, output, jobs, force, timeout, **sandbox):
     second run grades them again).
     """
     from autograder import batch
-    from autograder.results import GradeReport
+    from autograder.results import GradeReport, safe_line
     from autograder.sandbox import GraderUnavailable, choose_isolation
 
     options = _sandbox(**sandbox)
@@ -242,11 +246,12 @@ def grade_all(folder, output, jobs, force, timeout, **sandbox):
         sys.exit(EXIT_CANNOT_RUN)
     entries = batch.discover(folder)
     done = batch.read_gradebook(output) if not force else {}
-    todo = sum(1 for i, _ in entries if force or i not in done or done[i].status != "graded")
+    todo = sum(1 for i, _ in entries
+               if force or batch.row_key(i) not in done or done[batch.row_key(i)].status != "graded")
     click.echo(f"{len(entries)} submissions, {len(entries) - todo} already graded, {todo} to grade", err=True)
     start = time.monotonic()
     with click.progressbar(length=todo, label="grading", show_pos=True, show_eta=True, file=sys.stderr,
-                           item_show_func=lambda row: row.id if row else "") as bar:
+                           item_show_func=lambda row: safe_line(row.id) if row else "") as bar:
         rows = batch.grade_all(folder, output, jobs=jobs, force=force, timeout=timeout,
                                progress=lambda row: bar.update(1, row), **options)
     click.echo(GradeReport(submission="", isolation=options["isolation"]).isolation_line(), err=True)
@@ -257,7 +262,7 @@ def grade_all(folder, output, jobs, force, timeout, **sandbox):
     for status in ("graded", "timeout", "error"):
         ids = [r.id for r in rows.values() if r.status == status]
         if ids and status != "graded":
-            click.echo(f"{status}: {', '.join(ids)}", err=True)
+            click.echo(f"{status}: {', '.join(safe_line(i) for i in ids)}", err=True)
     rate = f", {60 * todo / elapsed:.1f} per minute" if todo and elapsed > 0 else ""
     click.echo(f"{len(rows)} rows in {output / batch.GRADEBOOK} ({elapsed:.0f} s{rate})")
     failures = [r for r in rows.values() if r.status == "error" and r.error.startswith(batch.GRADER_FAILURE)]
@@ -384,15 +389,16 @@ def nbgrader_sync(course, assignment, students):
     lists the scores.
     """
     from autograder.nbgrader_sync import SyncError, sync_course
+    from autograder.results import safe_line, safe_text
 
     try:
         results = sync_course(course, assignment, list(students) or None)
     except SyncError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {safe_text(exc, '  ')}", err=True)
         sys.exit(EXIT_CANNOT_RUN)
     for r in results:
         modules = ", ".join(f"{m} {s:g}" for m, s in r.modules.items())
-        click.echo(f"{r.student}: {r.score:g}/100 ({modules})")
+        click.echo(f"{safe_line(r.student)}: {r.score:g}/100 ({modules})")
     click.echo(f"{len(results)} submission(s) written to {course / 'gradebook.db'}")
 
 

@@ -6,6 +6,11 @@ Submissions are graded in parallel; for each, OUT/<id>/results.json
 (Gradescope format), feedback.md and feedback.html are written, and
 OUT/gradebook.csv is rewritten atomically after every submission, so an
 interrupted run loses nothing and a second run resumes where it stopped.
+
+A submission's name is the student's to choose: its string cells in the
+gradebook go through autograder.results.csv_cell (control characters escaped,
+a cell that a spreadsheet would take for a formula made text), and a row is
+found again by `row_key`, the id as it reads back from the gradebook.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from pathlib import Path
 from autograder import MODULES
 from autograder.engine import SubmissionError, WarmServers, grade
 from autograder.feedback import to_html, to_markdown
-from autograder.results import GradeReport
+from autograder.results import GradeReport, csv_cell, csv_value, safe_line
 from autograder.sandbox import GraderUnavailable
 
 GRADEBOOK = "gradebook.csv"
@@ -41,16 +46,25 @@ class Row:
     isolation: str = ""  # how student code was confined (autograder.LEVELS)
 
     def as_csv(self):
+        """The gradebook row: strings through csv_cell, numbers as numbers (never prefixed)."""
         scores = {"total": "", **{m: "" for m in MODULES}} if self.total is None else {
             "total": f"{self.total:g}", **{m: f"{self.modules.get(m, 0):g}" for m in MODULES}}
-        return {"id": self.id, **scores, "status": self.status, "isolation": self.isolation,
-                "grading_time_s": f"{self.seconds:.1f}", "error": self.error}
+        return {"id": csv_cell(self.id), **scores, "status": csv_cell(self.status),
+                "isolation": csv_cell(self.isolation), "grading_time_s": f"{self.seconds:.1f}",
+                "error": csv_cell(self.error)}
 
     @classmethod
     def from_csv(cls, rec):
         number = (lambda text: float(text) if text not in ("", None) else None)
-        return cls(rec["id"], number(rec["total"]), {m: number(rec[m]) for m in MODULES}, rec["status"],
-                   float(rec["grading_time_s"]), rec.get("error", ""), rec.get("isolation", ""))
+        text = (lambda key: csv_value(rec.get(key) or ""))
+        return cls(text("id"), number(rec["total"]), {m: number(rec[m]) for m in MODULES}, text("status"),
+                   float(rec["grading_time_s"]), text("error"), text("isolation"))
+
+
+def row_key(sub_id: str) -> str:
+    """How the id `sub_id` reads back from the gradebook (its control characters stay escaped there): the
+    key of its row in `read_gradebook` and `grade_all`, so that a second run finds every row again."""
+    return safe_line(sub_id)
 
 
 def discover(folder: Path) -> list[tuple[str, Path]]:
@@ -70,7 +84,8 @@ def read_gradebook(out: Path) -> dict[str, Row]:
     if not path.is_file():
         return {}
     with open(path, newline="", encoding="utf-8") as fh:
-        return {rec["id"]: Row.from_csv(rec) for rec in csv.DictReader(fh)}
+        rows = [Row.from_csv(rec) for rec in csv.DictReader(fh)]
+    return {row_key(row.id): row for row in rows}
 
 
 def write_gradebook(out: Path, rows: dict[str, Row]):
@@ -123,8 +138,8 @@ def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool =
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows = {} if force else read_gradebook(out)
-    todo = [(i, p) for i, p in discover(folder) if force or rows.get(i) is None or rows[i].status != "graded"
-            or not (out / i / "results.json").is_file()]
+    todo = [(i, p) for i, p in discover(folder) if force or rows.get(row_key(i)) is None
+            or rows[row_key(i)].status != "graded" or not (out / i / "results.json").is_file()]
     jobs = jobs or os.cpu_count() or 1
     with ExitStack() as stack:
         if warm and todo:
@@ -136,7 +151,7 @@ def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool =
             futures = [pool.submit(grade_one, i, p, out, timeout, call_timeout, **options) for i, p in todo]
             for future in as_completed(futures):
                 row = future.result()
-                rows[row.id] = row
+                rows[row_key(row.id)] = row
                 write_gradebook(out, rows)
                 if progress:
                     progress(row)

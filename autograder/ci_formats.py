@@ -32,7 +32,7 @@ import xml.etree.ElementTree as ET
 from fractions import Fraction
 
 from autograder import MODULES
-from autograder.results import GradeReport, TestResult
+from autograder.results import GradeReport, TestResult, safe_line, safe_text
 
 # The reporter receives the result through an environment variable, and Linux
 # limits one environment string to 128 KiB; stay well below.
@@ -44,7 +44,9 @@ _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def _xml_text(text) -> str:
-    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    """Text for an XML attribute or element: control characters escaped as everywhere (safe_text; CI pages
+    and logs show it), then what XML still cannot carry (U+FFFE, U+FFFF)."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", safe_text(text))
 
 
 def _first_line(text: str) -> str:
@@ -153,7 +155,7 @@ def classroom_scores(report: GradeReport) -> list[int]:
 
 def _classroom_payload(report: GradeReport, message_limit: int) -> dict:
     def clip(text):
-        text = text.strip()
+        text = safe_text(text).strip()
         if len(text) <= message_limit:
             return text
         return text[:max(message_limit - 15, 0)].rstrip() + " ... (cut)" if message_limit else ""
@@ -162,7 +164,7 @@ def _classroom_payload(report: GradeReport, message_limit: int) -> dict:
     tests = []
     for t, score in zip(graded, classroom_scores(report)):
         tests.append({
-            "name": f"{t.module}: {t.name}",
+            "name": safe_line(f"{t.module}: {t.name}"),
             "status": "pass" if t.status == "passed" else "fail",
             "score": score,
             "message": clip(t.message) if t.status == "failed" else "",
@@ -173,9 +175,10 @@ def _classroom_payload(report: GradeReport, message_limit: int) -> dict:
         })
     if report.status != "graded" or not graded:
         status = "error"
-        # console-results prints the message of a test whose status is "error"
+        # console-results prints the message of a test whose status is "error" into the job's log, where a
+        # line of its own could be a workflow command (::error::...): one line, newlines escaped
         tests.append({"name": "grading", "status": "error", "score": 0,
-                      "message": clip(f"grading {report.status}: {report.error or 'no check ran'}")
+                      "message": clip(safe_line(f"grading {report.status}: {report.error or 'no check ran'}"))
                       or f"grading {report.status}",
                       "test_code": "", "filename": "", "line_no": 0,
                       "duration": int(round(report.execution_time * 1000))})

@@ -6,6 +6,12 @@ the hidden graders (pytest, `autograder/graders/`) in a separate trusted
 process, which in turn runs the student's code in a sandboxed child, and
 returns a GradeReport. It never raises for a bad submission: a crash, a hang
 or a broken zip still yields a report with a status and a message.
+
+The submission is taken in by autograder.intake, into a private copy, before
+anything else reads it: regular files only, never through a symbolic link,
+each within its size limit, a zip checked before it is unpacked. What is left
+out is named in the report (`GradeReport.notes`), and a module left out costs
+its own checks, with the reason as their message.
 """
 from __future__ import annotations
 
@@ -15,104 +21,104 @@ import json
 import os
 import re
 import secrets
-import shutil
 import stat
 import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from autograder import MODULES
-from autograder.notebooks import module_of, notebooks_in, write_module
+from autograder import MODULES, intake
+from autograder.intake import MAX_UNZIPPED, SubmissionError  # noqa: F401  (the engine's names, as before)
+from autograder.notebooks import module_of, notebook_source
 from autograder.results import GradeReport, TestResult
 
 ROOT = Path(__file__).resolve().parent.parent
 GRADERS = Path(__file__).resolve().parent / "graders"
-MAX_UNZIPPED = 50 << 20
 
 
-class SubmissionError(Exception):
-    """The grader cannot run at all: a bad path or an unreadable zip."""
+@dataclass
+class Intake:
+    """A submission as the grader takes it in (autograder.intake): a private folder of its .py modules.
 
+    `notes`: {file of the submission: why it was not graded}, e.g. {"zz.py":
+    "zz.py is a symbolic link: not graded ..."}; `missing`: {module: why},
+    for the modules whose file was left out, so that their checks say why.
+    """
 
-def _has_modules(folder: Path) -> bool:
-    return any((folder / f"{m}.py").is_file() for m in MODULES) or bool(notebooks_in(folder))
-
-
-def _module_dir(root: Path) -> Path:
-    """The folder that holds the modules: the root, or its only subfolder that has them."""
-    if _has_modules(root):
-        return root
-    candidates = {p.parent for p in root.rglob("*") if p.suffix in (".py", ".ipynb")
-                  and "__MACOSX" not in p.parts and not any(part.startswith(".") for part in p.relative_to(root).parts)
-                  and _has_modules(p.parent)}
-    if len(candidates) == 1:
-        return candidates.pop()
-    return root
+    folder: Path
+    notes: dict = field(default_factory=dict)
+    missing: dict = field(default_factory=dict)
 
 
 @contextmanager
-def _unpacked(path: Path):
-    """Yield a folder: the path itself, or a temporary folder holding the zip's files."""
-    if path.is_dir():
-        yield path
-        return
-    if not zipfile.is_zipfile(path):
-        raise SubmissionError(f"{path} is neither a folder, a notebook nor a zip file")
-    tmp = Path(tempfile.mkdtemp(prefix="mha-zip-"))
-    try:
-        try:
-            with zipfile.ZipFile(path) as zf:
-                members = [i for i in zf.infolist() if not i.is_dir()]
-                if sum(i.file_size for i in members) > MAX_UNZIPPED:
-                    raise SubmissionError(f"{path} unpacks to more than {MAX_UNZIPPED >> 20} MB")
-                for info in members:
-                    name = Path(info.filename)
-                    if name.is_absolute() or ".." in name.parts:
-                        continue  # never write outside the temporary folder
-                    target = tmp / name
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(zf.read(info))
-        except (zipfile.BadZipFile, OSError, RuntimeError, NotImplementedError) as exc:
-            raise SubmissionError(f"cannot read the zip {path}: {exc}") from None
-        yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def taken(path):
+    """Yield an Intake of the submission at `path`: a folder, a zip of one, or a single notebook.
 
-
-@contextmanager
-def prepared(path):
-    """Yield a folder of the submission's .py modules, for a folder, a zip or a notebook.
-
-    A module that the submission has only as a notebook (`01_attention.ipynb`)
-    is converted (autograder.notebooks); a .py module takes precedence.
+    The folder is always a fresh private copy, made by autograder.intake:
+    regular files only, never through a link, each within its size limit;
+    a zip is checked before it is unpacked. A module that the submission has
+    only as a notebook (`01_attention.ipynb`) is converted
+    (autograder.notebooks); a .py module takes precedence. Raises
+    SubmissionError when `path` cannot be read at all (no such path, not a
+    zip, a zip bomb, too many entries).
     """
     path = Path(path)
     if not path.exists():
         raise SubmissionError(f"no such file or folder: {path}")
-    if path.suffix == ".ipynb" and path.is_file():
-        if module_of(path) is None:
-            raise SubmissionError(f"{path.name}: a notebook is named after its module, e.g. 01_attention.ipynb")
-        with tempfile.TemporaryDirectory(prefix="mha-nb-") as tmp:
-            write_module(path, Path(tmp))
-            yield Path(tmp)
-        return
-    with _unpacked(path) as root:
-        folder = _module_dir(root)
-        pending = {m: nb for m, nb in notebooks_in(folder).items() if not (folder / f"{m}.py").is_file()}
-        if not pending:
-            yield folder
-            return
-        with tempfile.TemporaryDirectory(prefix="mha-nb-") as tmp:
-            for py in folder.glob("*.py"):
-                shutil.copy2(py, tmp)
-            for nb in pending.values():
-                write_module(nb, Path(tmp))
-            yield Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="mha-intake-") as tmp:
+        folder = Path(tmp) / "submission"
+        folder.mkdir()
+        notes = {}
+        if path.is_dir():
+            files, notes = intake.take_folder(path)
+        elif path.suffix.lower() == ".ipynb":
+            if module_of(path) is None:
+                raise SubmissionError(f"{path.name}: a notebook is named after its module, e.g. 01_attention.ipynb")
+            try:
+                files = {path.name: intake.read_regular(path, intake.MAX_FILE[".ipynb"], path.name, follow=True)}
+            except intake.Refused as exc:
+                files, notes = {}, {path.name: str(exc)}
+        else:
+            unpacked = Path(tmp) / "unpacked"
+            unpacked.mkdir()
+            notes = intake.unzip(path, unpacked)
+            files, more = intake.take_folder(unpacked)
+            notes.update(more)
+        yield Intake(folder, notes, _write_modules(files, folder, notes))
+
+
+def _write_modules(files, folder, notes):
+    """Write the .py files of `files` ({name: bytes}) into `folder`, and the modules that only a notebook
+    holds; return {module: why it is missing} for the modules whose file was left out (`notes`)."""
+    for name, data in files.items():
+        if name.endswith(".py"):
+            intake.write_new(folder / name, data)
+    for name, data in sorted(files.items()):
+        module = module_of(name) if name.lower().endswith(".ipynb") else None
+        if module is None or (folder / f"{module}.py").exists():
+            continue
+        try:
+            source = notebook_source(data, name)
+        except ValueError as exc:  # costs exactly the checks of that module
+            source = f"raise ImportError({str(exc)!r})\n"
+        intake.write_new(folder / f"{module}.py", source.encode())
+    missing = {}
+    for module in MODULES:
+        if not (folder / f"{module}.py").exists():
+            why = [note for name, note in notes.items() if intake.module_of(name.rsplit("/", 1)[-1]) == module]
+            if why:
+                missing[module] = "; ".join(why)
+    return missing
+
+
+@contextmanager
+def prepared(path):
+    """Yield a private folder of the submission's .py modules, for a folder, a zip or a notebook (`taken`)."""
+    with taken(path) as got:
+        yield got.folder
 
 
 class WarmServers:
@@ -222,12 +228,16 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
     limits = limits or Limits()
     python = python or sys.executable
     level = choose_isolation(isolation, require_isolation, python=python)
-    with prepared(path) as folder, tempfile.TemporaryDirectory(prefix="mha-grade-") as tmp:
+    with taken(path) as got, tempfile.TemporaryDirectory(prefix="mha-grade-") as tmp:
+        folder = got.folder
+        report.notes = list(got.notes.values())
         results_file = Path(tmp) / "results.json"
         args = [str(GRADERS), "-c", str(GRADERS / "pytest.ini"), "--rootdir", str(GRADERS),
                 "-p", "autograder.plugin", "-q", "--no-header", "--submission", str(folder.resolve()),
                 "--results-file", str(results_file), "--call-timeout", str(call_timeout),
                 "--limits", json.dumps(asdict(limits)), "--isolation", level, "--student-python", python]
+        # why a module is missing, and the original submission (hidden from student code like its copy)
+        args += ["--intake", json.dumps({"missing": got.missing, "source": str(Path(path).resolve())})]
         if servers is not None:
             args += ["--zygote", servers.zygote.address]
         if select:

@@ -14,24 +14,48 @@ import html
 import io
 import re
 
-from autograder.results import GradeReport
+from autograder.results import GradeReport, safe_line, safe_text
+
+_MARKDOWN_PUNCTUATION = re.compile(r"[!-/:-@\[-`{-~]")
+
+
+def md_inline(text) -> str:
+    """Student text (a submission id, an error line) as literal Markdown: one line, every ASCII punctuation
+    character backslash-escaped (CommonMark allows it for all of them), so that it can open no heading,
+    link, image, emphasis, table cell or HTML tag, whatever it holds."""
+    return _MARKDOWN_PUNCTUATION.sub(lambda m: "\\" + m.group(), safe_line(text))
+
+
+def _fenced(text) -> list[str]:
+    """Student text (a check's message) as a code block that it cannot close: the fence is longer than any
+    run of backticks in it, and its control characters are escaped."""
+    text = safe_text(text)
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
+    return [fence, text, fence]
 
 
 def to_markdown(report: GradeReport) -> str:
-    lines = [f"# Feedback: {report.submission}", "", f"**{report.summary_line()}**", ""]
+    lines = [f"# Feedback: {md_inline(report.submission)}", "", f"**{report.summary_line()}**", ""]
     if report.status != "graded":
-        lines += [f"> Grading {report.status}: {report.error.splitlines()[0] if report.error else ''}", ""]
+        lines += [f"> Grading {report.status}: {md_inline(report.error.splitlines()[0]) if report.error else ''}",
+                  ""]
     lines += ["| module | score |", "| --- | --- |"]
     for module, (earned, available) in report.modules().items():
         lines.append(f"| {module} | {earned:g} / {available:g} |")
+    if report.notes:
+        lines += ["", "## Files not graded", "", *(f"- {md_inline(n)}" for n in report.notes)]
     failed = report.failed()
     if failed:
         lines += ["", "## What to fix", ""]
         for t in failed:
-            fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", t.message)), default=0))
-            lines += [f"### {t.module}: {t.name} (-{t.points:g})", "", fence, t.message, fence, ""]
+            lines += [f"### {t.module}: {safe_line(t.name)} (-{t.points:g})", "", *_fenced(t.message), ""]
     else:
         lines += ["", "Every check passed."]
+    noted = report.noted()
+    if noted:
+        lines += ["", "## Passed, with a note", ""]
+        for t in noted:
+            lines += [f"### {t.module}: {safe_line(t.name)}", "", *_fenced(t.message), ""]
     skipped = report.skipped()
     if skipped:
         lines += ["", f"_Not graded on this machine: {len(skipped)} checks that need CUDA._"]
@@ -70,7 +94,9 @@ figure{margin:1rem 0}figcaption{font-size:.9rem;color:#555}"""
 
 
 def to_html(report: GradeReport) -> str:
-    e = html.escape
+    def e(text):  # every string shown: its control characters escaped, then HTML-escaped
+        return html.escape(safe_text(text))
+
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Feedback: {e(report.submission)}</title>",
              f"<style>{_STYLE}</style></head><body>", f"<h1>Feedback</h1><p><b>{e(report.summary_line())}</b></p>"]
     if report.status != "graded":
@@ -80,11 +106,18 @@ def to_html(report: GradeReport) -> str:
         cls = "ok" if earned == available and available else "bad"
         parts.append(f"<tr><td>{e(module)}</td><td class='{cls}'>{earned:g} / {available:g}</td></tr>")
     parts.append("</table>")
+    if report.notes:
+        parts.append("<h2>Files not graded</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in report.notes) + "</ul>")
     failed = report.failed()
     parts.append("<h2>What to fix</h2>" if failed else "<p class='ok'>Every check passed.</p>")
     for t in failed:
         parts.append(f"<h3>{e(t.module)}: {e(t.name)} <span class='bad'>(-{t.points:g})</span></h3>"
                      f"<pre>{e(t.message)}</pre>")
+    noted = report.noted()
+    if noted:
+        parts.append("<h2>Passed, with a note</h2>")
+    for t in noted:
+        parts.append(f"<h3>{e(t.module)}: {e(t.name)}</h3><pre>{e(t.message)}</pre>")
     pictures = [t for t in report.tests if "heatmap" in t.data]
     if pictures:
         parts.append("<h2>Your attention weights</h2>")

@@ -8,19 +8,21 @@ that raises) is left out, so it can neither break grading nor slow it down. A ce
 out too, unless it is the notebook's module cell (the nbgrader solution cell
 `<module>-code`): then its syntax error is kept and reported at import.
 
-Reads notebooks with nbformat; stdlib otherwise, no torch.
+Reads notebooks with nbformat; stdlib otherwise, no torch. A notebook file is
+read through autograder.intake (a regular file of the submission, never
+through a link, and no larger than its limit).
 """
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
 
 import nbformat
 
 from autograder import MODULES
+from autograder.intake import MAX_FILE, NOTEBOOK_NAME, Refused, read_regular
 
-_NAME = re.compile(r"^(?:\d+[_-])?(?P<module>[a-z]+)$")
+_NAME = NOTEBOOK_NAME
 _KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 # Packages that only draw or display: their imports are left out with the plots that use them.
 DISPLAY_ONLY = ("matplotlib", "seaborn", "IPython", "plotly", "ipywidgets")
@@ -87,19 +89,33 @@ def notebook_to_source(nb, module: str, name: str = "notebook") -> str:
 
 
 def notebook_file_to_source(path: Path) -> str:
-    """Read a notebook file and return its module source; ValueError when it is not a notebook."""
+    """Read a notebook file and return its module source; ValueError when it is not a notebook, or not a
+    regular file within its size limit (a link, a FIFO: see autograder.intake)."""
     path = Path(path)
     try:
-        nb = nbformat.read(path, as_version=4)
+        data = read_regular(path, MAX_FILE[".ipynb"], path.name)
+    except Refused as exc:
+        raise ValueError(str(exc)) from None
+    return notebook_source(data, path.name)
+
+
+def notebook_source(data: bytes, name: str) -> str:
+    """The module source of the notebook file `name` whose bytes are `data`; ValueError when it is not a
+    notebook."""
+    try:
+        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
     except Exception as exc:  # nbformat raises many kinds of errors on a broken file
-        raise ValueError(f"{path.name} is not a readable notebook: {type(exc).__name__}: {exc}") from None
-    return notebook_to_source(nb, module_of(path) or path.stem, path.name)
+        raise ValueError(f"{name} is not a readable notebook: {type(exc).__name__}: {exc}") from None
+    return notebook_to_source(nb, module_of(name) or Path(name).stem, name)
 
 
 def notebooks_in(folder: Path) -> dict[str, Path]:
-    """module -> notebook for the contract modules that `folder` has as notebooks."""
+    """module -> notebook for the contract modules that `folder` has as notebooks (by name: a link or a FIFO
+    of that name is listed too, and refused when read, so that the report can say why)."""
     found = {}
     for nb_path in sorted(Path(folder).glob("*.ipynb")):
+        if not nb_path.is_symlink() and nb_path.is_dir():
+            continue
         module = module_of(nb_path)
         if module and module not in found:
             found[module] = nb_path

@@ -39,6 +39,8 @@ def pytest_addoption(parser):
                     help="how the student process is confined (autograder.sandbox.choose_isolation)")
     group.addoption("--student-python", default=sys.executable, help="the interpreter of the student process")
     group.addoption("--zygote", help="address of a warm student zygote (autograder.forkserver)")
+    group.addoption("--intake", default="{}", help="what the engine's intake left out, as JSON: {\"missing\": "
+                    "{module: why}, \"source\": the original submission} (autograder.engine.taken)")
 
 
 _TIMES = pytest.StashKey[dict]()
@@ -59,7 +61,7 @@ def pytest_configure(config):
         sandbox = Sandbox(submission, call_timeout=config.getoption("call_timeout"),
                           limits=Limits(**json.loads(config.getoption("limits"))),
                           isolation=config.getoption("isolation"), zygote=config.getoption("zygote"),
-                          python=config.getoption("student_python"))
+                          python=config.getoption("student_python"), intake=json.loads(config.getoption("intake")))
         sandbox.start()
         config.stash[_SANDBOX] = sandbox
 

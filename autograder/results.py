@@ -1,10 +1,83 @@
-"""The outcome of grading one submission, and its three formats (text, json, gradescope)."""
+"""The outcome of grading one submission, and its three formats (text, json, gradescope).
+
+Also the one place where what a student can put into a report is made safe to
+show: `safe_text` / `safe_line` for every renderer, `csv_cell` for every CSV
+the kit writes.
+"""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 
 from autograder import LEVEL_HELP, MODULES
+
+# -- student text, made safe to show -------------------------------------------------
+# Every string a submission can influence (exception messages, its printed output, its file and folder
+# names, hence its submission id and the errors about it) reaches an instructor's terminal, a spreadsheet,
+# Gradescope, CI logs. Escape sequences in it could hide the real total (ESC[8m conceals text), retitle the
+# terminal or plant a hyperlink (OSC), and a newline or CR could start a line that looks like the grader's
+# own ("Total: 100/100"). So, before showing it: the C0 and C1 controls and DEL, the Unicode format
+# characters (bidi overrides and isolates, zero-width characters, ...), line and paragraph separators and
+# lone surrogates are written as escapes (ESC as \x1b), never deleted, so that a message still says what
+# came back; tab and newline are kept where a renderer can indent what follows; accents, CJK and every
+# other printable character stay as they are. The set is the Unicode categories Cc, Cf, Cs, Zl and Zp
+# (tests/test_hostile_reports.py checks it against unicodedata).
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e"
+    "\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ud800-\udfff\ufeff\ufff9-\ufffb"
+    "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    "\U000e0001\U000e0020-\U000e007f]")
+_UNSAFE_IN_LINE = re.compile(f"[\t\n]|{_UNSAFE.pattern}")
+# Spreadsheets (Excel, LibreOffice, Google Sheets) evaluate a cell that starts with one of these as a
+# formula: =HYPERLINK(...), +cmd|..., -2+3, @SUM(...). A leading ' makes the cell text, and the ' itself is
+# not shown; a cell that starts with ' gets one more, so that reading it back is exact.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
+
+
+_SHORT_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape(match) -> str:
+    """One character as Python writes it in a string literal: \\n, \\x1b, \\u202e, \\U000e0041."""
+    char = match.group()
+    code = ord(char)
+    if char in _SHORT_ESCAPES:
+        return _SHORT_ESCAPES[char]
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def safe_text(text, continuation: str = "") -> str:
+    """`text` (student-derived, maybe several lines) with its control and format characters escaped.
+
+    Newlines and tabs are kept; CRLF counts as one newline, a lone CR is
+    escaped (it would return to column 0 and overwrite the line).
+    `continuation` is put before every line after the first, so that a
+    renderer that indents a message indents all of it: no student line can
+    start at column 0 and pass for a line of the grader's own.
+    """
+    text = _UNSAFE.sub(_escape, str(text).replace("\r\n", "\n"))
+    return text.replace("\n", "\n" + continuation) if continuation else text
+
+
+def safe_line(text) -> str:
+    """`text` as one line: as `safe_text`, with newlines and tabs escaped too (ids, file names, table cells)."""
+    return _UNSAFE_IN_LINE.sub(_escape, str(text))
+
+
+def csv_cell(text) -> str:
+    """A string cell of a CSV the kit writes: one safe line, a formula made text with a leading '.
+
+    Only for strings: numbers (totals, scores, seconds) are written as they
+    are, so that a spreadsheet still reads them as numbers.
+    """
+    text = safe_line(text)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def csv_value(cell: str) -> str:
+    """What `csv_cell` was given (up to the escapes, which stay escaped): its leading ' taken off."""
+    return cell[1:] if cell.startswith("'") else cell
 
 
 @dataclass
@@ -45,6 +118,7 @@ class GradeReport:
     timings: dict = field(default_factory=dict)
     isolation: str = ""  # how the student process was confined: "namespaces", "landlock" or "none"
     grader_failure: bool = False  # the grader could not run student code (status "error"): no score at all
+    notes: list = field(default_factory=list)  # files of the submission not graded, and why (autograder.intake)
 
     @property
     def earned(self):
@@ -73,6 +147,10 @@ class GradeReport:
     def skipped(self):
         return [t for t in self.tests if t.status == "skipped"]
 
+    def noted(self):
+        """Checks that passed with something to say (e.g. that they inherit a fault graded elsewhere)."""
+        return [t for t in self.tests if t.status == "passed" and t.message]
+
     # -- formats -------------------------------------------------------------
     def to_dict(self):
         return {
@@ -88,17 +166,26 @@ class GradeReport:
             "timings": self.timings,
             "isolation": self.isolation,
             "grader_failure": self.grader_failure,
+            "notes": self.notes,
         }
 
     def to_gradescope(self):
-        """results.json as in Gradescope's autograder specification."""
+        """results.json as in Gradescope's autograder specification.
+
+        Gradescope renders `output` and test names in the format the file
+        names (text, html, simple_format, md or ansi): here always "text", so
+        that a student's message shows as the characters it holds, never as
+        markup or colours, and its control characters are escaped.
+        """
         tests = []
         for number, t in enumerate(self.tests, 1):
-            output = "Passed." if t.status == "passed" else t.message
+            output = "Passed." if t.status == "passed" else safe_text(t.message)
+            if t.status == "passed" and t.message:
+                output = f"Passed. {safe_text(t.message)}"
             if t.status == "skipped":
-                output = f"Not graded here: {t.message}"
+                output = f"Not graded here: {safe_text(t.message)}"
             tests.append({
-                "name": f"{t.module}: {t.name}",
+                "name": safe_line(f"{t.module}: {t.name}"),
                 "number": str(number),
                 "score": t.score,
                 "max_score": t.max_score,
@@ -109,11 +196,14 @@ class GradeReport:
             })
         result = {"score": self.score, "execution_time": round(self.execution_time, 3),
                   "output": f"{self.summary_line()}\n{self.isolation_line()}".strip(), "tests": tests,
-                  "visibility": "visible", "stdout_visibility": "hidden"}
+                  "visibility": "visible", "stdout_visibility": "hidden",
+                  "output_format": "text", "test_output_format": "text", "test_name_format": "text"}
+        if self.notes:
+            result["output"] += "\nFiles not graded:\n" + "\n".join(f"  {safe_line(n)}" for n in self.notes)
         if self.grader_failure:  # run_autograder exits non-zero too: Gradescope shows a failure, not this 0
-            result["output"] = f"Autograder failure, not a grade: {self.error}"
+            result["output"] = f"Autograder failure, not a grade: {safe_text(self.error)}"
         elif self.status != "graded":
-            result["output"] = f"{self.summary_line()}\n{self.error}"
+            result["output"] = f"{self.summary_line()}\n{safe_text(self.error)}"
         return result
 
     def summary_line(self):
@@ -121,30 +211,39 @@ class GradeReport:
         return f"Total: {self.score:g}/100{note}"
 
     def to_text(self, color=False):
-        lines = [f"Grading {self.submission}"]
+        """The readable report, for a terminal. Every student-derived string goes through safe_text or
+        safe_line, indented: only the grader's own lines start at column 0 (Total, Failed checks...)."""
+        lines = [f"Grading {safe_line(self.submission)}"]
         if self.isolation:
             lines.append(self.isolation_line())
         if self.grader_failure:
-            return "\n".join([*lines, f"  GRADER FAILURE (no score): {self.error}"])
+            return "\n".join([*lines, f"  GRADER FAILURE (no score): {safe_text(self.error, '      ')}"])
         if self.status != "graded":
-            lines.append(f"  {self.status.upper()}: {self.error}")
+            lines.append(f"  {self.status.upper()}: {safe_text(self.error, '      ')}")
         lines.append("")
         width = max(len(m) for m in MODULES)
         for m, (earned, available) in self.modules().items():
             mark = "ok" if earned == available and available else "  "
             lines.append(f"  {m:<{width}}  {earned:>5g} / {available:<5g} {mark}")
+        if self.notes:
+            lines += ["", f"Files not graded ({len(self.notes)}):", *(f"  {safe_line(n)}" for n in self.notes)]
         failed = self.failed()
         if failed:
             lines += ["", f"Failed checks ({len(failed)}):"]
             for t in failed:
-                lines.append(f"  [{t.module}] {t.name}  (-{t.points:g})")
-                for msg_line in t.message.splitlines() or [""]:
-                    lines.append(f"      {msg_line}")
+                lines.append(f"  [{t.module}] {safe_line(t.name)}  (-{t.points:g})")
+                lines.append("      " + safe_text(t.message.rstrip("\n"), "      "))
+        noted = self.noted()
+        if noted:
+            lines += ["", f"Passed, with a note ({len(noted)}):"]
+            for t in noted:
+                lines.append(f"  [{t.module}] {safe_line(t.name)}")
+                lines.append("      " + safe_text(t.message.rstrip("\n"), "      "))
         skipped = self.skipped()
         if skipped:
             pts = sum(t.points for t in skipped)
             lines += ["", f"Not graded on this machine ({len(skipped)} checks, {pts:g} points): "
-                      + "; ".join(sorted({t.message for t in skipped}))]
+                      + "; ".join(sorted({safe_line(t.message) for t in skipped}))]
         lines += ["", self.summary_line()]
         return "\n".join(lines)
 

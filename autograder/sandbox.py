@@ -32,7 +32,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from autograder import LEVELS, MODULES
+from autograder import LEVELS, MODULES, intake as _intake
 from autograder.forkserver import Worker
 
 REMEDY = {
@@ -262,7 +262,7 @@ class Sandbox:
     """One student process serving the requests of a whole grading run."""
 
     def __init__(self, submission, *, call_timeout=10.0, start_timeout=60.0, python=sys.executable,
-                 limits=Limits(), isolation="auto", zygote=None):
+                 limits=Limits(), isolation="auto", zygote=None, intake=None):
         self.submission = Path(submission)
         self.call_timeout = call_timeout
         self.start_timeout = start_timeout
@@ -271,7 +271,10 @@ class Sandbox:
         self.level = isolation  # "auto" until the first start decides (choose_isolation)
         self.zygote = zygote  # address of a warm student zygote (autograder.forkserver), or None
         self.isolation = None  # how the last student process was confined, as it reported
-        self.available = {m for m in MODULES if (self.submission / f"{m}.py").is_file()}
+        # what the engine's intake left out ({"missing": {module: why}, "source": the original submission})
+        self.intake = intake or {}
+        self.refused = {}  # file -> why the copy below left it out (a link, a FIFO, too large)
+        self.available = {m for m in MODULES if _intake.is_regular(self.submission / f"{m}.py")}
         self._tmp = Path(tempfile.mkdtemp(prefix="mha-sandbox-"))
         os.chmod(self._tmp, 0o711)  # a student uid of its own may pass through to its copy, never list
         self._work = self._tmp / "work"
@@ -297,10 +300,15 @@ class Sandbox:
         if self._work.exists():
             shutil.rmtree(self._work)
         self._work.mkdir(mode=0o700)
-        for name in os.listdir(self.submission):
-            src = self.submission / name
-            if src.is_file() and name.endswith(".py"):
-                shutil.copy2(src, self._work / name)
+        for name in os.listdir(self.submission):  # regular files only, never through a link (autograder.intake)
+            if name.endswith(".py"):
+                try:
+                    data = _intake.read_regular(self.submission / name, _intake.MAX_FILE[".py"], name)
+                except _intake.Refused as exc:
+                    self.refused[name] = str(exc)
+                    self.available.discard(name[:-3])
+                    continue
+                _intake.write_new(self._work / name, data)
         self._generation += 1
         self._ready = False
         self.started_at = time.time()
@@ -309,7 +317,8 @@ class Sandbox:
         self._log_mark = self._log.stat().st_size if self._log.exists() else 0
         config = {"log": str(self._log), "cwd": str(self._work), "home": str(self._home), "root": str(root),
                   "isolation": self.level, "limits": asdict(self.limits), "env": _child_env(self._home),
-                  "forbidden": forbidden_paths(self.submission), "refuse": refusals(False)}
+                  "forbidden": forbidden_paths(self.submission, *filter(None, [self.intake.get("source")])),
+                  "refuse": refusals(False)}
         self._proc = None
         if self.zygote:
             try:
@@ -451,7 +460,8 @@ class Sandbox:
         """
         module = owner
         if module not in self.available:
-            raise StudentError(f"{module}.py is missing from the submission", "missing")
+            why = self.intake.get("missing", {}).get(module) or self.refused.get(f"{module}.py")
+            raise StudentError(why or f"{module}.py is missing from the submission", "missing")
         if len(self.strikes.get(module, ())) >= MAX_STRIKES:
             raise StudentError(
                 f"not run: {module}.py already crashed or timed out {MAX_STRIKES} times "

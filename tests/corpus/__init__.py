@@ -16,13 +16,19 @@ file and writes a case out as a submission folder::
 shaped so that it would earn points if its attack worked, with what it may
 earn. ``load_attacks`` reads it; ``materialize`` writes an attack case too
 (its module replaced wholesale or patched, ``${name}`` placeholders filled
-from ``params``). ``tests/test_attacks.py`` grades every attack case.
+from ``params``; symbolic links, padding, or a zip with entries of its own,
+for the attacks on the grader's intake). ``tests/test_attacks.py`` grades
+every attack case.
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import stat
 import tomllib
+import warnings
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +38,7 @@ __all__ = [
     "AttackCase",
     "CORPUS_FILE",
     "KINDS",
+    "Link",
     "MODULES",
     "MODULE_FILES",
     "Case",
@@ -41,6 +48,8 @@ __all__ = [
     "NEEDS",
     "PatchError",
     "SCENARIOS",
+    "ZIP_FOLDER",
+    "ZipEntry",
     "all_cases",
     "load_attacks",
     "load_corpus",
@@ -76,6 +85,11 @@ ATTACK_KINDS: tuple[str, ...] = (
     "gc-search",  # looking for the expected tensors in gc.get_objects()
     "env-tokens",  # secrets in os.environ or /proc/*/environ
     "other-student-data",
+    # submissions that reach outside themselves (the grader's intake, autograder/intake.py)
+    "symlinks",  # a module, another file or a folder of the submission is a symbolic link to the kit or the system
+    "zip-traversal",  # zip entries that would land outside the folder: absolute, "..", symbolic link entries
+    "zip-bomb",  # a zip that unpacks to far more than it weighs, or holds a huge number of entries
+    "huge-file",  # a module over the size limit
 )
 #: What an attack case may need from the sandbox before it can be run safely or meaningfully.
 NEEDS: tuple[str, ...] = ("isolation", "process-limit", "memory-limit")
@@ -125,6 +139,33 @@ class ModuleFile:
 
 
 @dataclass(frozen=True)
+class Link:
+    """A symbolic link in an attack case's folder: `name` (a path in it) -> `target` (${name} filled)."""
+
+    name: str
+    target: str
+
+
+@dataclass(frozen=True)
+class ZipEntry:
+    """An extra entry of a zip-form attack case, named as it is (`..`, absolute, ${index} numbering repeats).
+
+    Exactly one of: `content` (text), `zeros` (that many zero bytes, deflated: a bomb), `link` (a
+    symbolic link entry, its target as its data, as `zip --symlinks` writes it).
+    """
+
+    name: str
+    content: str | None = None
+    zeros: int | None = None
+    link: str | None = None
+    repeat: int = 1
+
+
+#: The folder a zip-form case's files are zipped under (a zip of one folder, as students send).
+ZIP_FOLDER = "submission"
+
+
+@dataclass(frozen=True)
 class AttackCase:
     """One hostile submission of attacks.toml and what it may earn.
 
@@ -132,6 +173,8 @@ class AttackCase:
     by `files` and/or patched by `patches`. In that module exactly the checks
     named in `passes` pass (or, with `fails`, exactly those fail); every
     other module keeps full marks; grading ends within `max_seconds`.
+    With `refused`, grading must instead refuse the whole submission
+    (SubmissionError, its message holding `refused`) within `max_seconds`.
     """
 
     id: str
@@ -148,6 +191,11 @@ class AttackCase:
     probe: str = ""  # a string the attack prints when it has run: must be in the student's output
     scenario: str = "single"
     known_vulnerability: str = ""  # non-empty: the engine is known to lose to this attack (strict xfail)
+    links: tuple[Link, ...] = ()  # symbolic links put in the folder (the attacked module's file replaced by one)
+    form: str = "folder"  # "folder", or "zip": materialize returns a zip of the folder, plus `zip_entries`
+    zip_entries: tuple[ZipEntry, ...] = ()
+    pad_to: int = 0  # the attacked module, padded with comment lines to this many bytes
+    refused: str = ""  # the grader must refuse the whole submission (SubmissionError) with a message holding this
     kind: str = field(default="attack", init=False)
 
     @property
@@ -256,7 +304,11 @@ def materialize(case: Case | AttackCase, dest: Path | str, solutions_dir: Path |
     For an AttackCase, the attacked module is first replaced by the case's
     [[attack.file]] (its content, or the stub of `template_dir`, by default
     the student_template next to `solutions_dir`), then patched, then its
-    ${name} placeholders are filled from `params`.
+    ${name} placeholders are filled from `params` (${solutions} and ${kit},
+    the real paths of `solutions_dir` and its parent, need not be given),
+    then padded to `pad_to` bytes; its [[attack.link]] links are made. A
+    zip-form case returns `<dest>.zip` instead: the folder's files under
+    ZIP_FOLDER/, then its [[attack.zip_entry]] entries.
     """
     dest = Path(dest)
     solutions_dir = Path(solutions_dir)
@@ -265,11 +317,15 @@ def materialize(case: Case | AttackCase, dest: Path | str, solutions_dir: Path |
         src = solutions_dir / name
         if not src.is_file():
             raise FileNotFoundError(f"reference module missing: {src}")
+        if (dest / name).is_symlink():  # an attack case's link, from an earlier run: never write through it
+            (dest / name).unlink()
         shutil.copyfile(src, dest / name)
     if isinstance(case, AttackCase):
         template = Path(template_dir) if template_dir is not None else solutions_dir.parent / "student_template"
-        _materialize_attack(case, dest, template, params or {})
-        return dest
+        kit = solutions_dir.resolve()
+        params = {"solutions": str(kit), "kit": str(kit.parent), **(params or {})}
+        _materialize_attack(case, dest, template, params)
+        return _zip_case(case, dest, params) if case.form == "zip" else dest
     touched: dict[str, str] = {}
     for patch in case.patches:
         path = dest / patch.file
@@ -287,7 +343,10 @@ def materialize(case: Case | AttackCase, dest: Path | str, solutions_dir: Path |
 
 # -- the adversarial corpus (attacks.toml) -----------------------------------------
 _ATTACK_KEYS = {"id", "attack", "module", "description", "needs", "passes", "fails", "max_seconds", "call_timeout",
-                "probe", "scenario", "known_vulnerability", "patch", "file"}
+                "probe", "scenario", "known_vulnerability", "patch", "file", "link", "form", "zip_entry", "pad_to",
+                "refused"}
+FORMS = ("folder", "zip")
+MAX_PAD = 64 << 20  # pad_to: large enough to be over the intake's limit, small enough for a test to read
 
 
 def _strings(value, where, key):
@@ -354,12 +413,69 @@ def _attack_from_entry(index: int, entry: dict) -> AttackCase:
         if not raw["find"]:
             raise CorpusError(f"{pwhere}: empty find")
         patches.append(Patch(raw["file"], raw["find"], raw["replace"]))
-    if not files and not patches:
-        raise CorpusError(f"{where}: needs an [[attack.file]] or at least one [[attack.patch]]")
+    form, links, zip_entries, pad_to, refused = _intake_keys(entry, where)
+    if not files and not patches and not links and not zip_entries and not pad_to:
+        raise CorpusError(f"{where}: needs an [[attack.file]] or at least one [[attack.patch]], [[attack.link]] "
+                          "or [[attack.zip_entry]], or pad_to")
     return AttackCase(case_id, entry["attack"], module, entry["description"].strip(), tuple(patches), tuple(files),
                       needs, passes, fails, float(max_seconds),
                       None if call_timeout is None else float(call_timeout), entry.get("probe", ""), scenario,
-                      entry.get("known_vulnerability", "").strip())
+                      entry.get("known_vulnerability", "").strip(), links=links, form=form, zip_entries=zip_entries,
+                      pad_to=pad_to, refused=refused)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _intake_keys(entry: dict, where: str):
+    """The keys of a case that attacks the grader's intake: form, [[attack.link]], [[attack.zip_entry]], pad_to,
+    refused (see attacks.toml)."""
+    form = entry.get("form", "folder")
+    if form not in FORMS:
+        raise CorpusError(f"{where}: form {form!r} is not one of {FORMS}")
+    links = []
+    for j, raw in enumerate(entry.get("link", [])):
+        lwhere = f"{where} link #{j + 1}"
+        if not isinstance(raw, dict) or set(raw) != {"name", "target"} or not all(
+                isinstance(raw[k], str) and raw[k] for k in raw):
+            raise CorpusError(f"{lwhere}: needs exactly the non-empty string keys name, target")
+        parts = Path(raw["name"]).parts
+        if raw["name"].startswith("/") or ".." in parts or not parts:
+            raise CorpusError(f"{lwhere}: name must be a path inside the submission, got {raw['name']!r}")
+        links.append(Link(raw["name"], raw["target"]))
+    if links and form != "folder":
+        raise CorpusError(f"{where}: [[attack.link]] is for a folder; a zip has [[attack.zip_entry]] link = ...")
+    entries = []
+    for j, raw in enumerate(entry.get("zip_entry", [])):
+        zwhere = f"{where} zip_entry #{j + 1}"
+        if not isinstance(raw, dict) or set(raw) - {"name", "content", "zeros", "link", "repeat"} \
+                or len(set(raw) & {"content", "zeros", "link"}) != 1:
+            raise CorpusError(f"{zwhere}: needs name and exactly one of content, zeros, link (and maybe repeat)")
+        if not isinstance(raw.get("name"), str) or not raw["name"]:
+            raise CorpusError(f"{zwhere}: missing or empty string 'name'")
+        for key in ("content", "link"):
+            if key in raw and not isinstance(raw[key], str):
+                raise CorpusError(f"{zwhere}: {key} must be a string")
+        if "zeros" in raw and (not _is_int(raw["zeros"]) or not 0 < raw["zeros"] <= 1 << 31):
+            raise CorpusError(f"{zwhere}: zeros must be a number of bytes in (0, 2 GiB]")
+        repeat = raw.get("repeat", 1)
+        if not _is_int(repeat) or not 0 < repeat <= 100_000:
+            raise CorpusError(f"{zwhere}: repeat must be a whole number in [1, 100000]")
+        if repeat > 1 and "${index}" not in raw["name"]:
+            raise CorpusError(f"{zwhere}: a repeated entry's name needs ${{index}}")
+        entries.append(ZipEntry(raw["name"], raw.get("content"), raw.get("zeros"), raw.get("link"), repeat))
+    if entries and form != "zip":
+        raise CorpusError(f"{where}: [[attack.zip_entry]] needs form = \"zip\"")
+    pad_to = entry.get("pad_to", 0)
+    if not _is_int(pad_to) or not 0 <= pad_to <= MAX_PAD:
+        raise CorpusError(f"{where}: pad_to must be a number of bytes in [0, {MAX_PAD}]")
+    refused = entry.get("refused", "")
+    if not isinstance(refused, str):
+        raise CorpusError(f"{where}: refused must be a string")
+    if refused and (entry.get("passes") or "fails" in entry):
+        raise CorpusError(f"{where}: a refused submission earns nothing: no passes or fails")
+    return form, tuple(links), tuple(entries), pad_to, refused.strip()
 
 
 def load_attacks(path: Path | str = ATTACKS_FILE) -> list[AttackCase]:
@@ -415,3 +531,39 @@ def _materialize_attack(case: AttackCase, dest: Path, template_dir: Path, params
         except SyntaxError as exc:
             raise PatchError(f"case {case.id!r}: {name} is not valid Python: {exc}") from exc
         (dest / name).write_text(text, encoding="utf-8")
+    if case.pad_to:  # a module over the intake's size limit, still valid Python
+        path = dest / f"{case.module}.py"
+        size = path.stat().st_size
+        line = "# " + "padding " * 9 + "\n"
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(line * max(0, (case.pad_to - size) // len(line) + 1))
+    for link in case.links:
+        path = dest / link.name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        os.symlink(substitute(link.target, params, case_id=case.id), path)
+
+
+def _zip_case(case: AttackCase, dest: Path, params: dict) -> Path:
+    """`<dest>.zip`: the regular files of `dest` under ZIP_FOLDER/, then the case's zip entries, as named."""
+    out = dest.parent / f"{dest.name}.zip"
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Duplicate name": a case may shadow a file of the folder on purpose
+        for path in sorted(dest.rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                zf.write(path, f"{ZIP_FOLDER}/{path.relative_to(dest).as_posix()}")
+        for entry in case.zip_entries:
+            for index in range(entry.repeat):
+                values = {**params, "index": index}
+                info = zipfile.ZipInfo(substitute(entry.name, values, case_id=case.id), (2024, 1, 1, 0, 0, 0))
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.external_attr = ((stat.S_IFLNK | 0o777) if entry.link is not None else (stat.S_IFREG | 0o644)) << 16
+                if entry.zeros is not None:
+                    with zf.open(info, "w", force_zip64=entry.zeros > (1 << 30)) as fh:
+                        for start in range(0, entry.zeros, 1 << 20):
+                            fh.write(bytes(min(1 << 20, entry.zeros - start)))
+                else:
+                    text = entry.link if entry.link is not None else entry.content
+                    zf.writestr(info, substitute(text, values, case_id=case.id).encode())
+    return out

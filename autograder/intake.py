@@ -1,0 +1,411 @@
+"""Submission intake: the only way the trusted side reads a submission's files.
+
+The grader runs as root or as the instructor, before any confinement, and
+whatever it reads on a submission's behalf can end up in the student's
+feedback. A folder holding `zz.py -> /etc/shadow` (or `/proc/self/environ`,
+or the kit's own `solutions/mha.py`) must not hand the student the shadow
+file, the grader's environment or the reference; a FIFO named `attention.py`
+must not hang grading; a 10 GiB sparse `positional.py` or a zip bomb must not
+fill the disk. So every byte of a submission is read here, as hostile input:
+
+* a file is taken only if it is a regular file inside the submission: opened
+  with O_NOFOLLOW and O_NONBLOCK (a FIFO cannot block the open), checked with
+  fstat (S_ISREG), never through a symbolic link, relative to the folder's own
+  descriptor (a folder on the way cannot be swapped for a link either);
+* a folder is walked with os.scandir without following links: a linked folder
+  is never entered, and the walk looks at MAX_SCAN entries at most;
+* sizes are bounded: a file over its MAX_FILE limit is refused by its size,
+  before a byte is read, and reading stops at the limit anyway;
+* a zip is checked before it is unpacked (at most MAX_ENTRIES entries and
+  MAX_UNZIPPED bytes, as its directory declares them); while it is unpacked
+  the bytes that really come out are counted; entries that would land outside
+  the folder, links and special files are never written.
+
+Each file left out is named, with the reason, in a sentence a student can act
+on ("zz.py is a symbolic link: not graded"): the report carries it, and a
+module left out costs exactly its own checks. Only `.py` files and notebooks
+are taken: nothing else of a submission is ever graded.
+
+Stdlib only.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+import zipfile
+from pathlib import Path
+
+from autograder import MODULES
+
+#: The largest file taken, by suffix: a module, a notebook (its embedded plots included).
+MAX_FILE = {".py": 8 << 20, ".ipynb": 32 << 20}
+#: The most a zip may unpack to, and the most entries it may hold (a million tiny files is refused unread).
+MAX_UNZIPPED = 50 << 20
+MAX_ENTRIES = 1000
+#: A zip's central directory over this is refused before it is parsed (1000 entries take ~200 KiB).
+MAX_ZIP_DIRECTORY = 4 << 20
+#: How many folder entries the search for the modules' folder looks at, and how deep.
+MAX_SCAN = 10_000
+MAX_DEPTH = 8
+#: Notebook names: `01_attention.ipynb`, `attention.ipynb`, `1-attention.ipynb`.
+NOTEBOOK_NAME = re.compile(r"^(?:\d+[_-])?(?P<module>[a-z]+)$")
+#: What a link's note adds: a link is never followed, wherever it points (into the submission or not).
+LINK_HINT = " (submit the file itself, not a link to it)"
+_READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+               | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+class SubmissionError(Exception):
+    """The grader cannot run at all: a bad path or an unreadable zip."""
+
+
+class Refused(Exception):
+    """One file of a submission not taken; the message names it and says why."""
+
+
+def shown(name) -> str:
+    """A submission's file name as a message shows it: long names shortened (the renderers escape the rest)."""
+    name = str(name)
+    return name if len(name) <= 120 else f"{name[:80]}...{name[-30:]}"
+
+
+def size_text(size: int) -> str:
+    """10737418240 -> "10 GiB"."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit}"
+    return f"{size} bytes"
+
+
+def module_of(name) -> str | None:
+    """The contract module a file name stands for: "mha.py" -> "mha", "04_mha.ipynb" -> "mha", else None."""
+    path = Path(str(name))
+    if path.suffix == ".py":
+        return path.stem if path.stem in MODULES else None
+    if path.suffix.lower() == ".ipynb":
+        match = NOTEBOOK_NAME.match(path.stem.lower())
+        return match["module"] if match and match["module"] in MODULES else None
+    return None
+
+
+def _kind(mode) -> str:
+    """What a file that is not a regular file is, in words."""
+    for test, words in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
+                        (stat.S_ISFIFO, "a named pipe (FIFO), not a regular file"),
+                        (stat.S_ISSOCK, "a socket, not a regular file"),
+                        (stat.S_ISCHR, "a device, not a regular file"), (stat.S_ISBLK, "a device, not a regular file")):
+        if test(mode):
+            return words
+    return "not a regular file"
+
+
+def _check(st, name, limit):
+    if not stat.S_ISREG(st.st_mode):
+        raise Refused(f"{name} is {_kind(st.st_mode)}: not graded" + (LINK_HINT if stat.S_ISLNK(st.st_mode) else ""))
+    if st.st_size > limit:
+        raise Refused(f"{name} is {size_text(st.st_size)}, over the {size_text(limit)} limit: not graded")
+
+
+def read_regular(path, limit: int, name=None, *, dir_fd=None, follow=False) -> bytes:
+    """The bytes of the regular file `path` (relative to `dir_fd` if given), at most `limit` of them.
+
+    Refused (naming the file as `name`) when it is a symbolic link, a FIFO, a
+    device, a socket or a folder, when it is larger than `limit` (told by its
+    size before anything is read: a 10 GiB sparse file costs nothing), or when
+    it cannot be read. The link is never followed, the FIFO never waited on.
+    `follow`: a link is followed, for the one path an instructor names (a
+    single notebook given to `grade`), never for a file inside a submission.
+    """
+    name = shown(name if name is not None else os.path.basename(os.fspath(path)))
+    try:
+        before = os.stat(path, dir_fd=dir_fd, follow_symlinks=follow)
+    except OSError as exc:
+        raise Refused(f"{name} cannot be read ({exc.strerror or exc}): not graded") from None
+    _check(before, name, limit)  # no open at all for a link, a FIFO or a device
+    try:
+        fd = os.open(path, _READ_FLAGS & ~(getattr(os, "O_NOFOLLOW", 0) if follow else 0), dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # swapped for a link since the stat
+            raise Refused(f"{name} is a symbolic link: not graded") from None
+        raise Refused(f"{name} cannot be read ({exc.strerror or exc}): not graded") from None
+    try:
+        st = os.fstat(fd)
+        _check(st, name, limit)
+        if (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino):
+            raise Refused(f"{name} changed while it was read: not graded")
+        parts, total = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            parts.append(chunk)
+            total += len(chunk)
+            if total > limit:  # grew while read, or a file whose size lies (procfs-like)
+                raise Refused(f"{name} is over the {size_text(limit)} limit: not graded")
+        return b"".join(parts)
+    except OSError as exc:
+        raise Refused(f"{name} cannot be read ({exc.strerror or exc}): not graded") from None
+    finally:
+        os.close(fd)
+
+
+def is_regular(path) -> bool:
+    """True when `path` itself (never a link's target) is a regular file."""
+    try:
+        return stat.S_ISREG(os.stat(path, follow_symlinks=False).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def write_new(path, data: bytes):
+    """Write `data` to `path`, a new file (never through a link, never over a file already there)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                 | getattr(os, "O_CLOEXEC", 0), 0o644)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+
+
+# -- folders ----------------------------------------------------------------------------------
+def _open_dir(path, dir_fd=None) -> int:
+    """A descriptor of the folder `path` (relative to `dir_fd`), never through a link (ELOOP, ENOTDIR)."""
+    return os.open(path, _DIR_FLAGS, dir_fd=dir_fd)
+
+
+def _entries(fd):
+    """The entries of the open folder `fd`, sorted by name; [] when it cannot be listed."""
+    try:
+        with os.scandir(fd) as it:  # scandir works on its own duplicate of fd
+            return sorted(it, key=lambda e: e.name)
+    except OSError:
+        return []
+
+
+def _hidden(name) -> bool:
+    return name.startswith(".") or name == "__MACOSX"
+
+
+def _holds_modules(entries) -> bool:
+    """True when a folder's entries name a module (a .py or notebook of the contract, whatever its kind, so
+    that a module left out is named rather than looked for elsewhere)."""
+    return any(module_of(e.name) and not e.is_dir(follow_symlinks=False) for e in entries)
+
+
+def open_path(root_fd, parts) -> int:
+    """A descriptor of the folder `parts` below `root_fd`, each step without following a link (the caller
+    closes it; `root_fd` itself when `parts` is empty)."""
+    fd = root_fd
+    try:
+        for part in parts:
+            sub = _open_dir(part, dir_fd=fd)
+            if fd != root_fd:
+                os.close(fd)
+            fd = sub
+    except BaseException:
+        if fd != root_fd:
+            os.close(fd)
+        raise
+    return fd
+
+
+def find_module_dir(root_fd) -> tuple[str, ...]:
+    """The path (folder names) from `root_fd` to the folder that holds the modules.
+
+    The root when it names a module; else its only subfolder that does (a
+    zip of one folder, a `submission/` inside); else the root. Hidden folders
+    and `__MACOSX` are skipped, links are never entered, and at most MAX_SCAN
+    entries, MAX_DEPTH folders deep, are looked at (a folder of a million
+    files costs no more than that).
+    """
+    stack, found, seen = [()], [], 0
+    while stack and seen <= MAX_SCAN:
+        parts = stack.pop()
+        try:
+            fd = open_path(root_fd, parts)
+        except OSError:
+            continue  # a link put in a folder's place: never entered
+        try:
+            entries = _entries(fd)
+        finally:
+            if fd != root_fd:
+                os.close(fd)
+        if _holds_modules(entries):
+            if not parts:
+                return ()
+            found.append(parts)
+        for entry in entries:
+            seen += 1
+            if seen > MAX_SCAN:
+                break
+            if len(parts) < MAX_DEPTH and not _hidden(entry.name) and entry.is_dir(follow_symlinks=False):
+                stack.append(parts + (entry.name,))
+    return found[0] if len(found) == 1 else ()
+
+
+def take_folder(path) -> tuple[dict[str, bytes], dict[str, str]]:
+    """The .py files and notebooks of the folder submission `path`, from the folder that holds its modules
+    (`find_module_dir`): as `take_files`, with names relative to `path`."""
+    root_fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        parts = find_module_dir(root_fd)
+        fd = open_path(root_fd, parts)
+        try:
+            return take_files(fd, prefix="".join(f"{p}/" for p in parts))
+        finally:
+            if fd != root_fd:
+                os.close(fd)
+    finally:
+        os.close(root_fd)
+
+
+def take_files(folder_fd, prefix="") -> tuple[dict[str, bytes], dict[str, str]]:
+    """The .py files and notebooks of the open folder `folder_fd`: ({name: bytes}, {shown name: why not taken}).
+
+    `prefix` is the folder's path in the submission, for the messages.
+    Everything is read with `read_regular`; at most MAX_ENTRIES files and
+    MAX_UNZIPPED bytes in all are taken.
+    """
+    files, notes, total = {}, {}, 0
+    for entry in _entries(folder_fd):
+        suffix = Path(entry.name).suffix.lower()
+        if suffix not in MAX_FILE or _hidden(entry.name):
+            continue
+        name = shown(prefix + entry.name)
+        if len(files) >= MAX_ENTRIES:
+            notes[name] = f"{name}: more than {MAX_ENTRIES} files in the folder: not graded"
+            continue
+        try:
+            data = read_regular(entry.name, min(MAX_FILE[suffix], MAX_UNZIPPED - total), name, dir_fd=folder_fd)
+        except Refused as exc:
+            notes[name] = str(exc)
+            continue
+        files[entry.name] = data
+        total += len(data)
+    return files, notes
+
+
+# -- zips --------------------------------------------------------------------------------------
+def _check_zip_directory(fh, label):
+    """Refuse a zip whose directory declares too many entries, before the directory is parsed at all."""
+    end = getattr(zipfile, "_EndRecData", None)
+    if end is None:  # a future Python without it: the checks after parsing still hold
+        return
+    record = end(fh)
+    if not record:
+        raise SubmissionError(f"cannot read the zip {label}: no end of central directory")
+    entries, size = record[getattr(zipfile, "_ECD_ENTRIES_TOTAL", 4)], record[getattr(zipfile, "_ECD_SIZE", 5)]
+    if entries > MAX_ENTRIES or size > MAX_ZIP_DIRECTORY:
+        raise SubmissionError(f"the zip {label} holds {entries} entries ({size_text(size)} of directory); a "
+                              f"submission zip may hold at most {MAX_ENTRIES}: zip only your modules")
+
+
+def _entry_parts(filename):
+    """The safe folder parts of a zip entry's name, or None when it would land outside the folder."""
+    if filename.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", filename) or "\0" in filename:
+        return None
+    parts = [p for p in filename.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        return None
+    return parts
+
+
+def unzip(path, dest) -> dict[str, str]:
+    """Unpack the .py files and notebooks of the submission zip `path` into the empty folder `dest`.
+
+    Returns {entry name: why it was left out}. Raises SubmissionError when
+    the zip cannot be read at all, holds more than MAX_ENTRIES entries, or
+    declares more than MAX_UNZIPPED bytes: a bomb is refused before a byte is
+    unpacked. Entries that would land outside `dest` (absolute, `..`), links,
+    special files and files over their limit are left out and named; bytes
+    are counted as they come out, so a header that lies about a size gains
+    nothing.
+    """
+    label = shown(path)
+    try:
+        fd = os.open(path, _READ_FLAGS & ~getattr(os, "O_NOFOLLOW", 0))  # the path the caller named
+    except OSError as exc:
+        raise SubmissionError(f"cannot read {label}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SubmissionError(f"{label} is neither a folder, a notebook nor a zip file")
+        try:
+            if not zipfile.is_zipfile(fh):
+                raise SubmissionError(f"{label} is neither a folder, a notebook nor a zip file")
+            _check_zip_directory(fh, label)
+            zf = zipfile.ZipFile(fh)
+            infos = zf.infolist()
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, RuntimeError) as exc:
+            raise SubmissionError(f"cannot read the zip {label}: {exc}") from None
+        with zf:
+            if len(infos) > MAX_ENTRIES:
+                raise SubmissionError(f"the zip {label} holds {len(infos)} entries; a submission zip may hold at "
+                                      f"most {MAX_ENTRIES}: zip only your modules")
+            declared = sum(i.file_size for i in infos)
+            if declared > MAX_UNZIPPED:
+                raise SubmissionError(f"the zip {label} unpacks to {size_text(declared)}, over the "
+                                      f"{size_text(MAX_UNZIPPED)} limit of a submission: zip only your modules")
+            return _unpack(zf, infos, Path(dest))
+
+
+def _unpack(zf, infos, dest) -> dict[str, str]:
+    notes, budget, real_dest = {}, MAX_UNZIPPED, os.path.realpath(dest)
+    for info in infos:
+        name = shown(info.filename)
+        mode = info.external_attr >> 16
+        if info.is_dir() or stat.S_ISDIR(mode):
+            continue
+        parts = _entry_parts(info.filename)
+        suffix = Path(info.filename).suffix.lower()
+        if parts is None:
+            if suffix in MAX_FILE or stat.S_ISLNK(mode):
+                notes[name] = f"{name} is an absolute path or climbs with '..': not graded (it could land outside " \
+                              "the submission's folder)"
+            continue
+        if stat.S_IFMT(mode) and not stat.S_ISREG(mode):
+            notes[name] = f"{name} is {_kind(mode)}: not graded" + (LINK_HINT if stat.S_ISLNK(mode) else "")
+            continue
+        if suffix not in MAX_FILE or any(_hidden(p) for p in parts):
+            continue  # only modules and notebooks are ever graded
+        limit = min(MAX_FILE[suffix], budget)
+        if info.file_size > limit:
+            notes[name] = f"{name} unpacks to {size_text(info.file_size)}, over the {size_text(limit)} limit: not graded"
+            continue
+        target = os.path.join(real_dest, *parts)
+        if os.path.commonpath([real_dest, os.path.realpath(target)]) != real_dest:
+            notes[name] = f"{name} would land outside the submission's folder: not graded"
+            continue
+        try:
+            data = _read_entry(zf, info, limit)
+        except Refused:
+            notes[name] = f"{name} unpacks to more than its header says, over the {size_text(limit)} limit: not graded"
+            continue
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, RuntimeError) as exc:
+            notes[name] = f"{name} cannot be unpacked ({exc}): not graded"
+            continue
+        try:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            write_new(target, data)
+        except FileExistsError:
+            notes[name] = f"{name} is in the zip twice: only the first one is graded"
+            continue
+        except OSError as exc:
+            notes[name] = f"{name} cannot be unpacked ({exc.strerror or exc}): not graded"
+            continue
+        budget -= len(data)
+    return notes
+
+
+def _read_entry(zf, info, limit) -> bytes:
+    """An entry's bytes, decompressed in chunks: Refused as soon as more than `limit` come out."""
+    parts, total = [], 0
+    with zf.open(info) as src:
+        while True:
+            chunk = src.read(min(1 << 20, limit + 1 - total))
+            if not chunk:
+                return b"".join(parts)
+            parts.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise Refused(info.filename)
