@@ -244,16 +244,27 @@ def grade_all(folder, output, jobs, force, timeout, **sandbox):
     except GraderUnavailable as exc:
         click.echo(f"error: the grader cannot run student code here: {exc}", err=True)
         sys.exit(EXIT_CANNOT_RUN)
-    entries = batch.discover(folder)
-    done = batch.read_gradebook(output) if not force else {}
-    todo = sum(1 for i, _ in entries
-               if force or batch.row_key(i) not in done or done[batch.row_key(i)].status != "graded")
-    click.echo(f"{len(entries)} submissions, {len(entries) - todo} already graded, {todo} to grade", err=True)
+    entries, _, pending, changed, _ = batch.plan(folder, output, force=force, timeout=timeout, **options)
+    todo = len(pending)
+    since = f" ({changed} changed since the last run)" if changed else ""
+    click.echo(f"{len(entries)} submissions, {len(entries) - todo} already graded, {todo} to grade{since}",
+               err=True)
     start = time.monotonic()
-    with click.progressbar(length=todo, label="grading", show_pos=True, show_eta=True, file=sys.stderr,
-                           item_show_func=lambda row: safe_line(row.id) if row else "") as bar:
-        rows = batch.grade_all(folder, output, jobs=jobs, force=force, timeout=timeout,
-                               progress=lambda row: bar.update(1, row), **options)
+
+    def stopping(running):
+        click.echo(f"\nStopping: no new grading starts; waiting for the {running} running to finish and be saved "
+                   "(Ctrl-C again to stop them now, unsaved)", err=True)
+
+    try:
+        with click.progressbar(length=todo, label="grading", show_pos=True, show_eta=True, file=sys.stderr,
+                               item_show_func=lambda row: safe_line(row.id) if row else "") as bar:
+            rows = batch.grade_all(folder, output, jobs=jobs, force=force, timeout=timeout,
+                                   progress=lambda row: bar.update(1, row), on_interrupt=stopping, **options)
+    except batch.Interrupted as stop:
+        killed = f"; {stop.killed} grading(s) stopped halfway were not recorded" if stop.killed else ""
+        click.echo(f"Interrupted: {len(stop.rows)} rows saved in {output / batch.GRADEBOOK}, {stop.left} "
+                   f"submission(s) not graded{killed}. Run the same command again to grade the rest.", err=True)
+        sys.exit(130)
     click.echo(GradeReport(submission="", isolation=options["isolation"]).isolation_line(), err=True)
     note = GradeReport(submission="", isolation=options["isolation"]).isolation_note()
     if note:  # once per run, not once per student

@@ -7,6 +7,16 @@ Submissions are graded in parallel; for each, OUT/<id>/results.json
 OUT/gradebook.csv is rewritten atomically after every submission, so an
 interrupted run loses nothing and a second run resumes where it stopped.
 
+Each row records a fingerprint of what graded it: the submission's content,
+the kit's code (graders, reference, engine) and the limits. A second run
+grades again every row whose fingerprint changed (a corrected file, a new
+grader, other limits), and says how many.
+
+Ctrl-C: the first one starts no new grading, lets those that run finish and
+records them, then stops (`Interrupted`, which says what is left); a second
+one stops at once: the gradings still running are killed and nothing of
+them is recorded. An interrupted grading is never a score.
+
 A submission's name is the student's to choose: its string cells in the
 gradebook go through autograder.results.csv_cell (control characters escaped,
 a cell that a spreadsheet would take for a formula made text), and a row is
@@ -15,9 +25,13 @@ found again by `row_key`, the id as it reads back from the gradebook.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
+import json
 import os
+import stat
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import ExitStack
@@ -32,7 +46,17 @@ from autograder.sandbox import GraderUnavailable
 
 GRADEBOOK = "gradebook.csv"
 GRADER_FAILURE = "the grader could not run student code: "  # how the error of such a row begins
-COLUMNS = ["id", "total", *MODULES, "status", "isolation", "grading_time_s", "error"]
+COLUMNS = ["id", "total", *MODULES, "status", "isolation", "grading_time_s", "error", "fingerprint"]
+KIT = Path(__file__).resolve().parent.parent
+
+
+class Interrupted(KeyboardInterrupt):
+    """grade_all stopped by Ctrl-C: `rows` holds every finished grading (all written), `left` how many were not
+    graded, `killed` how many running gradings were stopped at once (a second Ctrl-C)."""
+
+    def __init__(self, rows, left, killed):
+        super().__init__(f"interrupted: {left} submission(s) not graded")
+        self.rows, self.left, self.killed = rows, left, killed
 
 
 @dataclass
@@ -44,6 +68,7 @@ class Row:
     seconds: float
     error: str = ""
     isolation: str = ""  # how student code was confined (autograder.LEVELS)
+    fingerprint: str = ""  # what graded it: submission content, kit code, limits (fingerprint())
 
     def as_csv(self):
         """The gradebook row: strings through csv_cell, numbers as numbers (never prefixed)."""
@@ -51,20 +76,112 @@ class Row:
             "total": f"{self.total:g}", **{m: f"{self.modules.get(m, 0):g}" for m in MODULES}}
         return {"id": csv_cell(self.id), **scores, "status": csv_cell(self.status),
                 "isolation": csv_cell(self.isolation), "grading_time_s": f"{self.seconds:.1f}",
-                "error": csv_cell(self.error)}
+                "error": csv_cell(self.error), "fingerprint": self.fingerprint}
 
     @classmethod
     def from_csv(cls, rec):
         number = (lambda text: float(text) if text not in ("", None) else None)
         text = (lambda key: csv_value(rec.get(key) or ""))
         return cls(text("id"), number(rec["total"]), {m: number(rec[m]) for m in MODULES}, text("status"),
-                   float(rec["grading_time_s"]), text("error"), text("isolation"))
+                   float(rec["grading_time_s"]), text("error"), text("isolation"), rec.get("fingerprint") or "")
 
 
 def row_key(sub_id: str) -> str:
     """How the id `sub_id` reads back from the gradebook (its control characters stay escaped there): the
     key of its row in `read_gradebook` and `grade_all`, so that a second run finds every row again."""
     return safe_line(sub_id)
+
+
+_DIGEST_FILE_CAP = 64 << 20  # bytes of one file hashed; beyond, its size and mtime stand for the rest
+_DIGEST_ENTRIES = 10_000  # entries of a folder looked at
+
+
+def _digest_file(h, path):
+    with open(path, "rb") as fh:
+        h.update(fh.read(_DIGEST_FILE_CAP))
+    info = os.stat(path)
+    if info.st_size > _DIGEST_FILE_CAP:
+        h.update(f"size {info.st_size} mtime {info.st_mtime_ns}".encode())
+
+
+def content_digest(path: Path) -> str:
+    """A hash of a submission's content: its files' names and bytes (links by their target, never followed;
+    bounded: at most 10,000 entries, 64 MiB per file read)."""
+    h = hashlib.sha256()
+    path = Path(path)
+    if not path.is_dir():
+        _digest_file(h, path)
+        return h.hexdigest()
+    count = 0
+    for top, dirs, files in os.walk(path, followlinks=False):
+        dirs.sort()
+        for name in sorted(dirs + files):
+            count += 1
+            if count > _DIGEST_ENTRIES:
+                h.update(b"...")
+                return h.hexdigest()
+            full = os.path.join(top, name)
+            h.update(os.path.relpath(full, path).encode("utf-8", "surrogateescape") + b"\0")
+            info = os.lstat(full)
+            if stat.S_ISLNK(info.st_mode):
+                h.update(b"link " + os.fsencode(os.readlink(full)))
+            elif stat.S_ISREG(info.st_mode):
+                _digest_file(h, full)
+            h.update(b"\0")
+    return h.hexdigest()
+
+
+def kit_digest() -> str:
+    """A hash of the kit's code that decides a grade: the engine, the graders, the reference solution."""
+    h = hashlib.sha256()
+    for folder in ("autograder", "solutions"):
+        for file in sorted((KIT / folder).rglob("*.py")):
+            h.update(str(file.relative_to(KIT)).encode() + b"\0" + file.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def fingerprint(path: Path, kit: str, settings: dict) -> str:
+    """What a row was graded from: the submission's content, the kit (`kit_digest`) and the settings that
+    can change a grade (limits, timeouts)."""
+    h = hashlib.sha256()
+    h.update(kit.encode())
+    h.update(json.dumps(settings, sort_keys=True, default=str).encode())
+    h.update(content_digest(path).encode())
+    return h.hexdigest()[:16]
+
+
+def _settings(timeout, call_timeout, options):
+    from autograder.sandbox import Limits
+
+    limits = options.get("limits") or Limits()  # None means the defaults: the same fingerprint as given
+    number = (lambda v: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)  # 60 == 60.0
+    return {"timeout": number(timeout), "call_timeout": number(call_timeout),
+            "limits": {k: number(v) for k, v in limits.__dict__.items()}}
+
+
+def plan(folder: Path, out: Path, *, force: bool = False, timeout: float = 300.0, call_timeout: float = 10.0,
+         **options):
+    """(every (id, path), the rows already in the gradebook, the ids to grade, how many of them changed since
+    they were graded, and each id's fingerprint)."""
+    entries = discover(folder)
+    rows = {} if force else read_gradebook(out)
+    kit = kit_digest()
+    settings = _settings(timeout, call_timeout, options)
+    prints = {}
+    for i, p in entries:
+        try:
+            prints[i] = fingerprint(p, kit, settings)
+        except OSError:
+            prints[i] = ""  # unreadable: graded again, and the grading says why
+    todo, changed = [], 0
+    for i, p in entries:
+        row = rows.get(row_key(i))
+        if force or row is None or row.status != "graded" or not (Path(out) / i / "results.json").is_file():
+            todo.append((i, p))
+        elif row.fingerprint != prints[i] or not prints[i]:
+            todo.append((i, p))
+            changed += 1
+    return entries, rows, todo, changed, prints
 
 
 def discover(folder: Path) -> list[tuple[str, Path]]:
@@ -97,10 +214,12 @@ def write_gradebook(out: Path, rows: dict[str, Row]):
     _write_atomic(Path(out) / GRADEBOOK, buf.getvalue())
 
 
-def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: float = 10.0, **options) -> Row:
+def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: float = 10.0, *,
+              stopped=None, **options) -> Row | None:
     """Grade one submission and write its files; never raises for a bad submission.
 
-    `options` go to autograder.engine.grade (limits, isolation, servers, python).
+    `options` go to autograder.engine.grade (limits, isolation, servers, python). `stopped` (a
+    threading.Event): once set, nothing is written and None is returned (a grading stopped halfway).
     """
     start = time.monotonic()
     try:
@@ -112,6 +231,8 @@ def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: 
                              isolation=options.get("isolation", ""))
     except Exception as exc:  # the batch goes on whatever happens to one submission
         report = GradeReport(submission=sub_id, status="error", error=f"{type(exc).__name__}: {exc}")
+    if stopped is not None and stopped.is_set():
+        return None
     report.submission = sub_id
     folder = Path(out) / sub_id
     folder.mkdir(parents=True, exist_ok=True)
@@ -125,36 +246,78 @@ def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: 
 
 
 def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool = False, timeout: float = 300.0,
-              call_timeout: float = 10.0, progress=None, warm: bool = True, **options) -> dict[str, Row]:
+              call_timeout: float = 10.0, progress=None, warm: bool = True, on_interrupt=None,
+              **options) -> dict[str, Row]:
     """Grade every submission of `folder` into `out`; return id -> Row for all of them.
 
-    Submissions already in OUT/gradebook.csv with status "graded" are skipped
-    unless `force`; those that timed out or could not be graded are tried
-    again. `progress(row)` is called after each graded submission. With
-    `warm` (the default), two fork servers import torch once for the whole
-    run (autograder.engine.WarmServers); where they cannot start, each
-    grading starts cold. `options` go to autograder.engine.grade.
+    Submissions already in OUT/gradebook.csv with status "graded" and the
+    same fingerprint (content, kit, limits) are skipped unless `force`;
+    those that timed out, could not be graded or changed are graded again.
+    `progress(row)` is called after each graded submission. With `warm` (the
+    default), two fork servers import torch once for the whole run
+    (autograder.engine.WarmServers); where they cannot start, each grading
+    starts cold. `options` go to autograder.engine.grade.
+
+    A first KeyboardInterrupt (Ctrl-C) starts nothing new and waits for the
+    running gradings (`on_interrupt(n_running)` is called), a second kills
+    them; either way every finished grading is written and `Interrupted` is
+    raised.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    rows = {} if force else read_gradebook(out)
-    todo = [(i, p) for i, p in discover(folder) if force or rows.get(row_key(i)) is None
-            or rows[row_key(i)].status != "graded" or not (out / i / "results.json").is_file()]
+    _, rows, todo, _, prints = plan(folder, out, force=force, timeout=timeout, call_timeout=call_timeout,
+                                    **options)
     jobs = jobs or os.cpu_count() or 1
+    stopped = threading.Event()
+    finished = set()
+
+    def record(future):
+        row = future.result()
+        if row is None or row.id in finished:  # None: stopped halfway, nothing written
+            return
+        row.fingerprint = prints.get(row.id, "")
+        rows[row_key(row.id)] = row
+        finished.add(row.id)
+        write_gradebook(out, rows)
+        if progress:
+            progress(row)
+
     with ExitStack() as stack:
+        # entered first, left last: when the run is stopped, the servers end their workers before the
+        # pool waits for its threads
+        pool = stack.enter_context(ThreadPoolExecutor(max_workers=jobs))
         if warm and todo:
             try:
                 options["servers"] = stack.enter_context(WarmServers(python=options.get("python")))
             except (OSError, RuntimeError):
                 pass  # cold gradings: slower, same results
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(grade_one, i, p, out, timeout, call_timeout, **options) for i, p in todo]
+        futures = [pool.submit(grade_one, i, p, out, timeout, call_timeout, stopped=stopped, **options)
+                   for i, p in todo]
+        try:
             for future in as_completed(futures):
-                row = future.result()
-                rows[row_key(row.id)] = row
-                write_gradebook(out, rows)
-                if progress:
-                    progress(row)
+                record(future)
+        except KeyboardInterrupt:
+            for future in futures:
+                future.cancel()  # those not started
+            running = [f for f in futures if not f.done()]
+            if on_interrupt:
+                on_interrupt(len(running))
+            killed = 0
+            try:
+                for future in as_completed(running):
+                    record(future)
+            except KeyboardInterrupt:  # the second Ctrl-C: stop now, record nothing of what still runs
+                killed = sum(1 for f in running if not f.done())
+                stopped.set()
+                from autograder.engine import kill_running
+
+                kill_running()
+                stack.close()  # the warm servers end their workers; the pool's threads return
+                for future in running:  # those that ended complete before the stop, files written: kept
+                    if future.done() and not future.cancelled() and future.exception() is None:
+                        record(future)
+                killed = len(todo) - len(finished) - sum(1 for f in futures if f.cancelled())
+            raise Interrupted(rows, len(todo) - len(finished), max(killed, 0)) from None
     if not todo:
         write_gradebook(out, rows)
     return rows

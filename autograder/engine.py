@@ -21,6 +21,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import stat
 import subprocess
 import sys
@@ -171,6 +172,27 @@ def _key_pipe(key):
     return read_end
 
 
+_RUNNING: set = set()  # the cold grader processes now running (kill_running ends them)
+
+
+def _kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def kill_running():
+    """End every cold grading now running in this process (a batch stopped by a second Ctrl-C); their
+    `grade` calls return without a score, which the batch does not record."""
+    for proc in list(_RUNNING):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def _run_graders(args, cwd, timeout, servers, key):
     """Run pytest with `args` in `cwd`: a fork of the warm grader server, or a fresh process.
 
@@ -189,10 +211,20 @@ def _run_graders(args, cwd, timeout, servers, key):
             except OSError:
                 worker = None  # the server is gone: grade cold
         if not worker:
-            proc = subprocess.run([sys.executable, "-m", "pytest", *args, "--key-fd", str(key_fd)], cwd=cwd,
-                                  env=grader_env(), capture_output=True, text=True, timeout=timeout,
-                                  pass_fds=[key_fd])
-            return proc.stdout[-4000:] + proc.stderr[-4000:]
+            # a session of its own: a Ctrl-C at the terminal reaches the batch, which decides (let it finish,
+            # or stop it with kill_running), never this grading halfway through
+            proc = subprocess.Popen([sys.executable, "-m", "pytest", *args, "--key-fd", str(key_fd)], cwd=cwd,
+                                    env=grader_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    pass_fds=[key_fd], start_new_session=True)
+            _RUNNING.add(proc)
+            try:
+                stdout, stderr = proc.communicate(timeout=timeout)
+            except BaseException:
+                _kill_group(proc)
+                raise
+            finally:
+                _RUNNING.discard(proc)
+            return stdout[-4000:] + stderr[-4000:]
     finally:
         os.close(key_fd)
     try:

@@ -48,7 +48,8 @@ def test_one_row_per_submission_with_its_status(classroom):
         assert book[sub]["status"] == "graded" and float(book[sub]["positional"]) == 0
         assert float(book[sub]["mha"]) > 0
     assert book["erin.zip"]["status"] == "error" and "zip" in book["erin.zip"]["error"]
-    assert list(book["alice"]) == ["id", "total", *MODULES, "status", "isolation", "grading_time_s", "error"]
+    assert list(book["alice"]) == ["id", "total", *MODULES, "status", "isolation", "grading_time_s", "error",
+                                   "fingerprint"]
     assert book["erin.zip"]["total"] == "" and book["alice"]["isolation"] in ("namespaces", "landlock", "none")
 
 
@@ -102,3 +103,62 @@ def test_gradebook_is_replaced_atomically(tmp_path):
     batch.write_gradebook(tmp_path, {"a": batch.Row("a", 50, {m: 1 for m in MODULES}, "graded", 1.0)})
     assert [p.name for p in tmp_path.iterdir()] == ["gradebook.csv"]  # no temporary file left behind
     assert batch.read_gradebook(tmp_path)["a"].total == 50
+
+
+# -- resume by content ---------------------------------------------------------------------------------
+def test_a_changed_submission_is_graded_again_and_the_summary_says_so(tmp_path):
+    """Resume keys each row on the submission's content: a corrected file is graded again, the rest is not."""
+    subs = tmp_path / "class"
+    subs.mkdir()
+    shutil.copytree(SOLUTIONS, subs / "alice", ignore=shutil.ignore_patterns("__init__.py", "__pycache__"))
+    case = {c.id: c for c in load_corpus()["bug"]}["attention-scale-by-dk"]
+    materialize(case, subs / "bob", SOLUTIONS)
+    out = tmp_path / "out"
+    first = CliRunner().invoke(cli, ["grade-all", str(subs), "--output", str(out), "--jobs", "2"])
+    assert first.exit_code == 0, first.output
+    book = rows(out)
+    assert book["alice"]["total"] == "100" and float(book["bob"]["total"]) < 100
+    assert all(len(r["fingerprint"]) == 16 for r in book.values()), book
+
+    shutil.copy(SOLUTIONS / "attention.py", subs / "bob" / "attention.py")  # bob corrects his attention
+    entries, _, todo, changed, _ = batch.plan(subs, out)
+    assert [i for i, _ in todo] == ["bob"] and changed == 1, (todo, changed)
+    second = CliRunner().invoke(cli, ["grade-all", str(subs), "--output", str(out), "--jobs", "2"])
+    assert second.exit_code == 0, second.output
+    assert "1 already graded, 1 to grade (1 changed since the last run)" in second.output, second.output
+    after = rows(out)
+    assert after["bob"]["total"] == "100", after["bob"]
+    assert after["alice"] == book["alice"], "expected the unchanged submission's row to stay as it was"
+
+
+def test_a_new_kit_or_new_limits_grade_everything_again(tmp_path, monkeypatch):
+    subs = tmp_path / "class"
+    (subs / "alice").mkdir(parents=True)
+    (subs / "alice" / "attention.py").write_text("x = 1\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    _, _, _, _, prints = batch.plan(subs, out)
+    batch.write_gradebook(out, {"alice": batch.Row("alice", 0, {}, "graded", 1.0, fingerprint=prints["alice"])})
+    (out / "alice").mkdir()
+    (out / "alice" / "results.json").write_text("{}")
+    assert batch.plan(subs, out)[2] == [], "expected nothing to grade when nothing changed"
+    from autograder.sandbox import Limits
+
+    assert batch.plan(subs, out, limits=Limits(cpu_seconds=5))[3] == 1, "expected new limits to count as a change"
+    monkeypatch.setattr(batch, "kit_digest", lambda: "another kit")
+    assert batch.plan(subs, out)[3] == 1, "expected a changed kit (graders, reference) to count as a change"
+
+
+def test_content_digest_sees_file_contents_and_never_follows_links(tmp_path):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "attention.py").write_text("a = 1\n")
+    first = batch.content_digest(sub)
+    (sub / "attention.py").write_text("a = 2\n")
+    assert batch.content_digest(sub) != first, "expected an edited file to change the digest"
+    secret = tmp_path / "secret.py"
+    secret.write_text("s = 1\n")
+    (sub / "heads.py").symlink_to(secret)
+    linked = batch.content_digest(sub)
+    secret.write_text("s = 2\n")
+    assert batch.content_digest(sub) == linked, "expected a link to count by its target's name, not its content"

@@ -1,0 +1,127 @@
+"""Ctrl-C in `grade-all`, typed at a real terminal (a pseudo-terminal), as an instructor would.
+
+The terminal sends SIGINT to its foreground process group: the CLI. The
+first Ctrl-C starts no new grading, lets the running one finish and records
+it, writes the gradebook and says how to resume; a second one stops at once
+and records nothing of the grading it stopped. An interrupted grading is
+never a score, and a second run grades what is left.
+"""
+import csv
+import os
+import pty
+import shutil
+import sys
+import threading
+import time
+
+from tests.conftest import ROOT, SOLUTIONS
+
+CLASS_SIZE = 4
+SAFETY = 600  # seconds: only so that a broken kit cannot hang the suite; never reached when it works
+
+
+def _class(tmp_path):
+    subs = tmp_path / "class"
+    subs.mkdir()
+    for n in range(CLASS_SIZE):
+        shutil.copytree(SOLUTIONS, subs / f"student-{n}", ignore=shutil.ignore_patterns("__init__.py", "__pycache__"))
+    return subs
+
+
+def _rows(out):
+    path = out / "gradebook.csv"
+    if not path.is_file():
+        return {}
+    with open(path, newline="") as fh:
+        return {r["id"]: r for r in csv.DictReader(fh)}
+
+
+class Terminal:
+    """`grader_cli.py ARGS` on a pseudo-terminal of its own; what it prints is collected."""
+
+    def __init__(self, *args):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: session leader, the pty its controlling terminal
+            os.chdir(ROOT)
+            os.execv(sys.executable, [sys.executable, str(ROOT / "grader_cli.py"), *args])
+        self.output = bytearray()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        while True:
+            try:
+                data = os.read(self.fd, 4096)
+            except OSError:
+                return
+            if not data:
+                return
+            self.output += data
+
+    def ctrl_c(self):
+        os.write(self.fd, b"\x03")  # the terminal turns it into SIGINT for its foreground process group
+
+    def wait(self):
+        deadline = time.monotonic() + SAFETY
+        while time.monotonic() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self._reader.join(5)
+                os.close(self.fd)
+                return os.waitstatus_to_exitcode(status)
+            time.sleep(0.1)
+        os.kill(self.pid, 9)
+        raise AssertionError(f"grade-all did not end; it printed: {self.text()[-2000:]}")
+
+    def text(self):
+        return self.output.decode(errors="replace")
+
+
+def _wait_for_rows(out, n, term):
+    deadline = time.monotonic() + SAFETY
+    while len(_rows(out)) < n:
+        assert time.monotonic() < deadline, f"no {n} rows in the gradebook; grade-all printed: {term.text()[-2000:]}"
+        time.sleep(0.1)
+
+
+def test_one_ctrl_c_finishes_the_running_grading_saves_all_and_resumes(tmp_path):
+    subs, out = _class(tmp_path), tmp_path / "out"
+    term = Terminal("grade-all", str(subs), "--output", str(out), "--jobs", "1")
+    _wait_for_rows(out, 1, term)
+    term.ctrl_c()
+    code = term.wait()
+    text = term.text()
+    book = _rows(out)
+    assert code == 130, f"expected exit status 130 after Ctrl-C, got {code}: {text[-1500:]}"
+    assert "Stopping: no new grading starts" in text and "Run the same command again" in text, text[-1500:]
+    assert 1 <= len(book) < CLASS_SIZE, f"expected the finished gradings only, got {sorted(book)}"
+    assert all(r["total"] == "100" and r["status"] == "graded" for r in book.values()), book
+    assert f"{CLASS_SIZE - len(book)} submission(s) not graded" in text, text[-1500:]
+
+    again = Terminal("grade-all", str(subs), "--output", str(out), "--jobs", "1")
+    assert again.wait() == 0, again.text()[-1500:]
+    assert f"{len(book)} already graded, {CLASS_SIZE - len(book)} to grade" in again.text(), again.text()[-1500:]
+    final = _rows(out)
+    assert len(final) == CLASS_SIZE and all(r["total"] == "100" for r in final.values()), final
+
+
+def test_a_second_ctrl_c_stops_at_once_and_records_nothing_it_stopped(tmp_path):
+    subs, out = _class(tmp_path), tmp_path / "out"
+    term = Terminal("grade-all", str(subs), "--output", str(out), "--jobs", "2")
+    _wait_for_rows(out, 1, term)
+    term.ctrl_c()
+    while "Stopping" not in term.text():
+        time.sleep(0.05)
+    before = dict(_rows(out))
+    term.ctrl_c()
+    code = term.wait()
+    text = term.text()
+    book = _rows(out)
+    assert code == 130, f"expected exit status 130, got {code}: {text[-1500:]}"
+    assert all(r["total"] == "100" and r["status"] == "graded" for r in book.values()), (
+        f"expected only complete gradings in the gradebook (never a 0 or an error for a stopped one), got {book}")
+    stopped = [name for name in os.listdir(out) if (out / name).is_dir() and name not in book]
+    assert not stopped, f"expected no files of a stopped grading, found folders {stopped}"
+    assert set(before) <= set(book), (before, book)
+    if len(book) < CLASS_SIZE:
+        assert "Run the same command again" in text, text[-1500:]
