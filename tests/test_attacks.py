@@ -1,7 +1,8 @@
-"""The adversarial corpus (tests/corpus/attacks.toml), graded by the real engine.
+"""The adversarial corpus (tests/corpus/attacks.toml), graded by the real engine at every isolation level.
 
 Every attack case is a hostile submission shaped so that it would earn points
-if its attack worked. For each, the grading must
+if its attack worked. For each, at each isolation level the machine offers
+(namespaces, landlock, none), the grading must
 
 * complete, within the case's max_seconds, listing exactly the hidden
   graders' checks (a forged results file would add, drop or change some);
@@ -16,21 +17,60 @@ if its attack worked. For each, the grading must
   student process still alive;
 * and show that the attack really ran (its probe is in the student's output).
 
+A case with `refused` (a zip bomb, say) must instead be refused whole: grade
+raises SubmissionError, its message holding that text, within max_seconds,
+leaking nothing either. A case's submission is whatever `materialize`
+returns, a folder (symbolic links included) or a zip; what the submission
+"holds itself" (the lines it may see) is read from its regular files and
+from links that stay inside it, never through a link to the kit.
+
 `test_another_students_code_stays_private` grades a correct submission and
 an attacking one side by side: the attacker must neither earn with nor see
 the other student's code.
 
-Cases that need what the sandbox does not provide (isolation: the
-namespaces or landlock level; a process limit, a memory limit) are skipped
-with the reason. The corpus is graded at the strongest level available
-(`auto`), or at the one MHA_ATTACKS_ISOLATION names; tests/test_environments.py
-runs it at the other levels, also as an unprivileged user. To see that a case
-can fail, run it where its protection is missing:
+**Levels.** Every case is a test at every level (`[namespaces-<case>]`,
+`[landlock-<case>]`, `[none-<case>]`). Which levels the machine offers is
+found by probing (`autograder.sandbox.choose_isolation(level)`); a level it
+does not offer skips its tests, saying why. As root, student code below
+namespaces runs as a uid of its own, which must read Python and torch: those
+levels use the `student_python` interpreter (tests/conftest.py). Cases that
+need what a level does not provide (isolation: the namespaces or landlock
+level; a process limit, a memory limit) are skipped there with the reason.
+
+**Warm servers, one grading at a time.** Each level has its own
+`autograder.engine.WarmServers` (a grader fork server that has imported
+pytest, torch and the graders; a student zygote that has imported torch),
+started at the level's first test and stopped after its last (tests are
+grouped by level, so one pair runs at a time): a grading costs a fork, not
+two `import torch`. Gradings still run one at a time, as a cold run did:
+the corpus holds timing attacks and CPU burners, fork bombs and infinite
+loops, and every case also grades the honest reference fused module's
+speedup checks, which a neighbouring grading would disturb. A student
+process forked from the zygote has the zygote's command line, so the check
+for survivors recognises both forms (see `surviving_student_processes`).
+
+**Cold on purpose.** The single-submission route (`grader_cli.py grade`)
+starts a fresh grader and a fresh student process; the cases in `COLD` are
+graded that way too, at every level (ids ending in `-cold`), because what
+they attack differs between the two routes (see `COLD`).
+
+The canary token is put in this process's environment before any server
+starts (they copy the environment they are started with), and a process
+started with it in its environment runs while the module's gradings do.
+
+The harness checks itself: every case of attacks.toml is a test at every
+level (nothing dropped), and the check for survivors counts stand-in
+processes of both forms and real student processes, forked warm and started
+cold, at every level.
+
+To see that a case can fail, run it where its protection is missing:
 
     MHA_ATTACKS_FORCE=1            run the cases whose needs are not met
-    MHA_ATTACKS_ISOLATION=none     grade at the none level (resource limits only)
+    MHA_ATTACKS_ISOLATION=none     grade at these levels only (comma-separated; default: all)
 
 e.g. `MHA_ATTACKS_FORCE=1 MHA_ATTACKS_ISOLATION=none pytest tests/test_attacks.py -k kit-files`.
+tests/test_environments.py runs the corpus as an unprivileged user through
+MHA_ATTACKS_ISOLATION.
 """
 from __future__ import annotations
 
@@ -41,18 +81,21 @@ import json
 import os
 import re
 import secrets
+import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
 import time
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from autograder import sandbox as sandbox_module
-from autograder.engine import grade
+from autograder.engine import SubmissionError, WarmServers, grade
 from tests.conftest import ROOT, SOLUTIONS, TEMPLATE
 from tests.corpus import ATTACK_KINDS, MODULES, NEEDS, CorpusError, PatchError, load_attacks, materialize
 
@@ -61,8 +104,32 @@ GRADERS = ROOT / "autograder" / "graders"
 CANARY_NAME = "MHA_CANARY_TOKEN"
 FORMATS = ("text", "json", "gradescope", "markdown", "html", "junit", "classroom")
 FORCE = os.environ.get("MHA_ATTACKS_FORCE") == "1"
-LEVEL = os.environ.get("MHA_ATTACKS_ISOLATION", "auto")  # the isolation level the corpus is graded at
 CALL_TIMEOUT = 5.0
+
+
+def _levels_under_test() -> tuple[str, ...]:
+    """The isolation levels the corpus is graded at: MHA_ATTACKS_ISOLATION (comma-separated), else all."""
+    asked = [x.strip() for x in os.environ.get("MHA_ATTACKS_ISOLATION", "").split(",") if x.strip()]
+    unknown = [x for x in asked if x not in sandbox_module.LEVELS]
+    if unknown:
+        raise ValueError(f"MHA_ATTACKS_ISOLATION: expected levels among {sandbox_module.LEVELS}, got {unknown}")
+    return tuple(asked) or sandbox_module.LEVELS
+
+
+LEVELS = _levels_under_test()
+
+#: Cases also graded on the cold route (a fresh grader process, a student process started from _child.py,
+#: as `grader_cli.py grade` does), at every level: case id -> why the cold route differs for that attack.
+COLD = {
+    "kit-files": "the cold student process's command line, `python -I <kit>/autograder/_child.py CONFIG`, names "
+                 "the kit's folder and carries the sandbox's config; a warm one shows the zygote's",
+    "env-own-environ": "the cold student process's environment is the one Popen gives it; a warm one's "
+                       "/proc/self/environ is the zygote's, from the zygote's start",
+    "results-json-daemon": "a daemon of a cold student process is ended by that process's keeper and recognised "
+                           "by the cold form of the command line (surviving_student_processes)",
+    "other-student-code": "the cold command line names the attacker's own submission, next to the other "
+                          "student's in the class folder: the clue this attack follows",
+}
 
 
 # -- what the hidden graders check ---------------------------------------------------
@@ -83,8 +150,35 @@ def _grader_checks() -> dict[tuple[str, str], float]:
 GRADER_CHECKS = _grader_checks()
 
 
+def submission_sources(path: Path) -> dict[str, str]:
+    """{name: text} of the .py files a submission (a folder or a zip) holds itself.
+
+    A symbolic link counts only when it points inside the submission (a link entry of a zip never): one that
+    points at the reference or a grader must not make their lines the submission's own, or the leak checks
+    would let them through.
+    """
+    path = Path(path)
+    out = {}
+    if path.is_dir():
+        top = path.resolve()
+        for f in sorted(path.rglob("*.py")):
+            try:
+                real = f.resolve()
+                if real.is_file() and (real == top or top in real.parents):
+                    out[str(f.relative_to(path))] = real.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+    elif zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if info.filename.endswith(".py") and not info.is_dir() \
+                        and not stat.S_ISLNK(info.external_attr >> 16):  # a link entry's data is its target
+                    out[info.filename] = zf.read(info).decode("utf-8", errors="replace")
+    return out
+
+
 def _lines(folder: Path) -> set[str]:
-    return {ln.strip() for f in folder.glob("*.py") for ln in f.read_text(encoding="utf-8").splitlines()}
+    return {ln.strip() for text in submission_sources(folder).values() for ln in text.splitlines()}
 
 
 def _code_lines(path: Path, min_len=30) -> set[str]:
@@ -135,17 +229,13 @@ def reference_lines(submission: Path) -> set[str]:
 
 
 # -- what the sandbox provides ---------------------------------------------------------
-def unmet_needs(needs) -> list[str]:
-    """Why each of `needs` is not met by the sandbox under test ([] when all are)."""
+def unmet_needs(needs, level) -> list[str]:
+    """Why each of `needs` is not met by the sandbox at `level` ([] when all are)."""
     reasons = []
     for need in needs:
         if need == "isolation":
-            try:
-                level = sandbox_module.choose_isolation(LEVEL)
-            except sandbox_module.GraderUnavailable as exc:
-                level = f"unavailable: {exc}"
             if level not in ("namespaces", "landlock"):
-                reasons.append(f"isolation: student code would run at the {level} level, which keeps no files, "
+                reasons.append(f"isolation: student code runs at the {level} level, which keeps no files, "
                                "processes or network from it")
         elif need in ("process-limit", "memory-limit"):
             limits = getattr(sandbox_module, "Limits", None)
@@ -159,16 +249,65 @@ def unmet_needs(needs) -> list[str]:
     return reasons
 
 
-def skip_unless_met(case):
-    reasons = unmet_needs(case.needs)
+def skip_unless_met(case, at):
+    """Skip unless the level `at` (a Level) is offered here and provides what `case` needs."""
+    if at.why_not:
+        pytest.skip(f"the {at.name} level is not offered here: {at.why_not}")
+    reasons = unmet_needs(case.needs, at.name)
     if reasons and not FORCE:
         pytest.skip(f"{case.id} needs {', '.join(case.needs)}: " + "; ".join(reasons)
                     + " (MHA_ATTACKS_FORCE=1 runs it anyway)")
 
 
-def grade_options(case=None) -> dict:
-    timeout = case.call_timeout if case is not None and case.call_timeout else CALL_TIMEOUT
-    return {"call_timeout": timeout, "isolation": LEVEL}
+class Level:
+    """An isolation level under test: its student interpreter, whether it is offered here (probed), and its
+    warm servers (started on first use; started again if a grading ended them, which the test reports)."""
+
+    def __init__(self, name, python):
+        self.name, self.python = name, python
+        try:
+            sandbox_module.choose_isolation(name, python=python)
+            self.why_not = None
+        except sandbox_module.GraderUnavailable as exc:
+            self.why_not = str(exc)
+        self._servers = None
+        self._lock = threading.Lock()
+
+    def servers(self) -> WarmServers:
+        with self._lock:  # two gradings at once (test_another_students_code_stays_private) start one pair
+            if self._servers is not None and self.dead_servers():
+                self.close()
+            if self._servers is None:
+                self._servers = WarmServers(python=self.python)
+            return self._servers
+
+    def dead_servers(self) -> list[str]:
+        """The warm servers of this level that are no longer running."""
+        if self._servers is None:
+            return []
+        procs = {"grader": self._servers.grader._proc, "zygote": self._servers.zygote._proc}
+        return [name for name, proc in procs.items() if proc is None or proc.poll() is not None]
+
+    def zygotes(self) -> dict[str, int]:
+        """{address: pid} of this level's student zygote, for surviving_student_processes."""
+        if self._servers is None or self._servers.zygote._proc is None:
+            return {}
+        return {self._servers.zygote.address: self._servers.zygote._proc.pid}
+
+    def close(self):
+        if self._servers is not None:
+            self._servers.close()
+            self._servers = None
+
+    def grade(self, folder, route="warm", case=None):
+        """Grade `folder` at this level: through the warm servers, or cold; (report, seconds)."""
+        timeout = case.call_timeout if case is not None and case.call_timeout else CALL_TIMEOUT
+        options = {"call_timeout": timeout, "isolation": self.name, "python": self.python}
+        if route == "warm":
+            options["servers"] = self.servers()
+        start = time.monotonic()
+        report = grade(folder, **options)
+        return report, time.monotonic() - start
 
 
 # -- fixtures ----------------------------------------------------------------------------
@@ -213,20 +352,34 @@ def marker():
     return f"mha-attack-{secrets.token_hex(8)}"
 
 
-@pytest.fixture
-def canary(monkeypatch):
+@pytest.fixture(scope="module")
+def canary():
     """A secret as a CI token would be, that no student may ever see: in this process's environment (which
-    the engine may hand down) and in the environment another process was started with (which
+    the engine may hand down, and which the warm servers would copy when they start: this fixture comes
+    first) and in the environment of another process, running while the module's gradings do (which
     /proc/<pid>/environ shows to whoever may read it)."""
     token = f"canary-{secrets.token_hex(12)}"
-    monkeypatch.setenv(CANARY_NAME, token)
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env=dict(os.environ),
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        yield token
-    finally:
-        holder.kill()
-        holder.wait()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(CANARY_NAME, token)
+        holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], env=dict(os.environ),
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            yield token
+        finally:
+            holder.kill()
+            holder.wait()
+
+
+@pytest.fixture(scope="module")
+def at(level, canary, request):
+    """The Level under test (the `level` parameter, module-scoped: its servers serve all its tests)."""
+    if level == "namespaces":  # root's student processes keep root's interpreter at this level
+        python = sys.executable
+    else:  # below it root's run as a uid of their own: an interpreter that uid can read (skips if none)
+        python = request.getfixturevalue("student_python")
+    lvl = Level(level, python)
+    yield lvl
+    lvl.close()
 
 
 # -- what a student sees -------------------------------------------------------------------
@@ -264,9 +417,11 @@ def visible_outputs(report) -> dict[str, str]:
 
 
 def leak_problems(report, forbidden: dict[str, set[str]]) -> list[str]:
-    """Where a student-visible output holds one of `forbidden` (what kind -> strings); [] when none does."""
+    """Where a student-visible output (of a report, or {where: text}) holds one of `forbidden` (what kind ->
+    strings); [] when none does."""
     found = []
-    for where, text in visible_outputs(report).items():
+    outputs = report if isinstance(report, dict) else visible_outputs(report)
+    for where, text in outputs.items():
         if not text:
             continue
         for kind, strings in forbidden.items():
@@ -318,14 +473,30 @@ def files_with_marker(marker, extra_roots=()) -> list[str]:
     return sorted(set(hits))
 
 
-def surviving_student_processes(submissions, timeout=5.0) -> list[str]:
-    """Student processes of these submissions' gradings still alive after them.
+def _is_student_process(cmdline, names, zygotes, pid) -> bool:
+    """Whether a process with this command line is a student process of the gradings described.
 
-    A student process is recognised by its command line, which names its
-    sandbox and the submission it grades: processes of other gradings on the
-    same machine (another test run) are never counted, nor touched.
+    Cold: `python -I .../_child.py CONFIG`, whose config names its sandbox (`mha-sandbox-...`) and the
+    submission it grades (JSON-quoted), one of `names`. Warm: a fork of a student zygote keeps the zygote's
+    command line, `python -I .../forkserver.py student ADDRESS`, whose address is unique to that zygote:
+    any process holding one of `zygotes`' addresses, other than that zygote itself.
+    """
+    if "mha-sandbox-" in cmdline and any(f'"{n}"' in cmdline or json.dumps(n) in cmdline for n in names):
+        return True
+    return any(address in cmdline and pid != zygote for address, zygote in zygotes.items())
+
+
+def surviving_student_processes(submissions=(), zygotes=None, timeout=5.0) -> list[str]:
+    """Student processes of these submissions' gradings still alive after them (waiting up to `timeout` s
+    for them to go).
+
+    A student process is recognised by its command line (`_is_student_process`): the sandbox and the
+    submission, for one started cold; the address of its zygote (`zygotes`: {address: zygote pid}), for one
+    forked warm. Processes of other gradings on the same machine (another test run, another zygote) are
+    never counted, nor touched.
     """
     names = [str(Path(s).resolve()) for s in submissions]
+    zygotes = zygotes or {}
     deadline = time.monotonic() + timeout
     while True:
         alive = []
@@ -339,7 +510,7 @@ def surviving_student_processes(submissions, timeout=5.0) -> list[str]:
                     state, ppid, pgrp = fh.read().rsplit(")", 1)[1].split()[:3]
             except OSError:
                 continue
-            if "mha-sandbox-" in cmdline and any(f'"{n}"' in cmdline for n in names) and state != "Z":
+            if state != "Z" and _is_student_process(cmdline, names, zygotes, int(pid)):
                 alive.append(f"pid {pid} (state {state}, parent {ppid}, group {pgrp}): {cmdline[:130]}")
         if not alive or time.monotonic() > deadline:
             return alive
@@ -390,6 +561,20 @@ def expectation_problems(case, report, seconds) -> list[str]:
     return problems
 
 
+def refusal_problems(case, report, message, seconds) -> list[str]:
+    """How the refusal of a `refused` case (SubmissionError: `message`; or a `report` if it was graded) differs
+    from what it deserves; [] when it does not."""
+    if message is None:
+        return [f"expected the submission refused (SubmissionError holding {case.refused!r}), it was graded: "
+                f"status {report.status!r}, score {report.score:g}"]
+    problems = []
+    if case.refused not in message:
+        problems.append(f"expected the submission refused with a message holding {case.refused!r}, got {message!r}")
+    if seconds > case.max_seconds:
+        problems.append(f"expected the refusal within {case.max_seconds:g} s, it took {seconds:.1f} s")
+    return problems
+
+
 def assert_no_problems(case, problems):
     assert not problems, (f"{case.id} ({case.description}): {len(problems)} problem(s):\n  - "
                           + "\n  - ".join(problems))
@@ -397,8 +582,6 @@ def assert_no_problems(case, problems):
 
 def _kill(survivors):
     """End the student processes this test's grading left behind (by pid), so that they cannot disturb the next."""
-    import signal
-
     for line in survivors:
         try:
             os.kill(int(line.split()[1]), signal.SIGKILL)
@@ -406,48 +589,70 @@ def _kill(survivors):
             pass
 
 
-def grade_attack(case, folder):
-    start = time.monotonic()
-    report = grade(folder, **grade_options(case))
-    return report, time.monotonic() - start
+def server_problems(at) -> list[str]:
+    """A grading must not end the warm servers that a whole class's gradings share ([] when it did not)."""
+    dead = at.dead_servers()
+    if not dead or (at.name == "none" and os.geteuid() != 0):
+        # at the none level a non-root user's student code runs as that user, who owns the servers (README)
+        return []
+    return [f"expected the warm servers to outlive the grading, but the {' and the '.join(dead)} server(s) "
+            "ended (they are started again for the next test)"]
 
 
 def _params(case, server, marker):
     return {"port": server.port, "marker": marker}
 
 
-def _case_param(case):
-    marks = []
-    if case.known_vulnerability:
-        marks.append(pytest.mark.xfail(strict=True, reason=f"known vulnerability: {case.known_vulnerability}"))
-    return pytest.param(case, id=case.id, marks=marks)
+def _case_params(cases):
+    """Each case on the warm route, and the COLD ones on the cold route too (id `<case>-cold`)."""
+    params = []
+    for route in ("warm", "cold"):
+        for case in cases:
+            if route == "cold" and case.id not in COLD:
+                continue
+            marks = []
+            if case.known_vulnerability:
+                marks.append(pytest.mark.xfail(strict=True, reason=f"known vulnerability: {case.known_vulnerability}"))
+            params.append(pytest.param(case, route, id=case.id if route == "warm" else f"{case.id}-cold",
+                                       marks=marks))
+    return params
 
 
 SINGLE = [c for c in ATTACKS if c.scenario == "single"]
 
 
-@pytest.mark.parametrize("case", [_case_param(c) for c in SINGLE])
-def test_attack_earns_nothing_undeserved_and_leaks_nothing(case, tmp_path, server, marker, canary):
-    skip_unless_met(case)
+@pytest.mark.parametrize("case, route", _case_params(SINGLE))
+@pytest.mark.parametrize("level", LEVELS, scope="module")
+def test_attack_earns_nothing_undeserved_and_leaks_nothing(level, case, route, at, tmp_path, server, marker, canary):
+    skip_unless_met(case, at)
     folder = materialize(case, tmp_path / case.id, SOLUTIONS, params=_params(case, server, marker))
     connections_before = len(server.connections)
-    report, seconds = grade_attack(case, folder)
-    print(f"{case.id}: graded in {seconds:.1f} s, {case.module} "
-          f"{report.modules()[case.module][0]:g}/{report.modules()[case.module][1]:g}, score {report.score:g}, "
-          f"isolation {getattr(report, 'isolation', '?')!r}")
+    forbidden = {"the canary token": {canary}, "a line of the reference solution": reference_lines(folder),
+                 "a line of the hidden graders": GRADER_LINES - _lines(folder)}
+    if case.refused:  # the whole submission refused before grading: the error is all the student sees
+        start = time.monotonic()
+        try:
+            report, message = at.grade(folder, route, case)[0], None
+        except SubmissionError as exc:
+            report, message = None, str(exc)
+        seconds = time.monotonic() - start
+        print(f"{case.id} at {level}, {route}: in {seconds:.1f} s, refused: {message!r}")
+        problems = refusal_problems(case, report, message, seconds)
+        problems += leak_problems({"the refusal's message": message or ""}, forbidden)
+    else:
+        report, seconds = at.grade(folder, route, case)
+        print(f"{case.id} at {level}, {route}: graded in {seconds:.1f} s, {case.module} "
+              f"{report.modules()[case.module][0]:g}/{report.modules()[case.module][1]:g}, score {report.score:g}, "
+              f"isolation {getattr(report, 'isolation', '?')!r}")
+        problems = expectation_problems(case, report, seconds) + leak_problems(report, forbidden)
     leftovers = files_with_marker(marker, extra_roots=[tmp_path]) if case.attack == "results-json" else []
     for path in leftovers:  # never leave the attack's files behind, whatever the outcome
         try:
             os.remove(path)
         except OSError:
             pass
-    alive = surviving_student_processes([folder])
+    alive = surviving_student_processes([folder], at.zygotes())
     _kill(alive)
-
-    problems = expectation_problems(case, report, seconds)
-    problems += leak_problems(report, {"the canary token": {canary},
-                                       "a line of the reference solution": reference_lines(folder),
-                                       "a line of the hidden graders": GRADER_LINES - _lines(folder)})
     if leftovers:
         problems.append(f"expected no results.json of the attack outside the sandbox's private folders, found "
                         f"{len(leftovers)} (now removed): {leftovers[:10]}")
@@ -456,6 +661,7 @@ def test_attack_earns_nothing_undeserved_and_leaks_nothing(case, tmp_path, serve
         problems.append(f"expected no connection to the test's server on 127.0.0.1, got {len(new)} from {new[:5]}")
     if alive:
         problems.append(f"expected no student process left after grading, found (now killed): {alive[:5]}")
+    problems += server_problems(at)
     assert_no_problems(case, problems)
 
 
@@ -473,26 +679,31 @@ def _student_a(folder: Path, secret: str) -> Path:
 OTHER_STUDENT = [c for c in ATTACKS if c.scenario == "other-student"]
 
 
-@pytest.mark.parametrize("case", [_case_param(c) for c in OTHER_STUDENT])
-def test_another_students_code_stays_private(case, tmp_path, server, marker, canary):
-    """Two students graded at the same time, in one class folder: B looks for A's code, earns nothing, sees nothing."""
-    skip_unless_met(case)
+@pytest.mark.parametrize("case, route", _case_params(OTHER_STUDENT))
+@pytest.mark.parametrize("level", LEVELS, scope="module")
+def test_another_students_code_stays_private(level, case, route, at, tmp_path, server, marker, canary):
+    """Two students graded at the same time, in one class folder: B looks for A's code, earns nothing, sees nothing.
+
+    The only test that grades two submissions at once (on the warm route, through the same servers): the
+    other student is a correct submission, and B's attack is on attention.py, not on the timed module."""
+    skip_unless_met(case, at)
     secret = f"student-a-secret-{secrets.token_hex(8)}"
     klass = tmp_path / "class"
     a = _student_a(klass / "student-a", secret)
     b = materialize(case, klass / "student-b", SOLUTIONS, params=_params(case, server, marker))
     with ThreadPoolExecutor(max_workers=2) as pool:
-        first = pool.submit(grade, a, **grade_options())
-        second = pool.submit(grade_attack, case, b)
-        report_a = first.result()
+        first = pool.submit(at.grade, a, route)
+        second = pool.submit(at.grade, b, route, case)
+        report_a, _ = first.result()
         report_b, seconds = second.result()
-    print(f"{case.id}: graded in {seconds:.1f} s, {case.module} {report_b.modules()[case.module][0]:g}/"
-          f"{report_b.modules()[case.module][1]:g}; the other student: {report_a.score:g}")
+    print(f"{case.id} at {level}, {route}: graded in {seconds:.1f} s, {case.module} "
+          f"{report_b.modules()[case.module][0]:g}/{report_b.modules()[case.module][1]:g}; "
+          f"the other student: {report_a.score:g}")
+    alive = surviving_student_processes([a, b], at.zygotes())
+    _kill(alive)
     assert report_a.status == "graded" and report_a.score == 100, (
         f"the other student (a correct submission): expected 100, got {report_a.score} ({report_a.status}): "
         + "; ".join(f"{t.module}/{t.id}: {t.message[:150]}" for t in report_a.failed()[:5]))
-    alive = surviving_student_processes([a, b])
-    _kill(alive)
     problems = expectation_problems(case, report_b, seconds)
     problems += leak_problems(report_b, {"the other student's code": {secret},
                                          "the canary token": {canary},
@@ -500,7 +711,89 @@ def test_another_students_code_stays_private(case, tmp_path, server, marker, can
                                          "a line of the hidden graders": GRADER_LINES - _lines(b)})
     if alive:
         problems.append(f"expected no student process left after grading, found (now killed): {alive[:5]}")
+    problems += server_problems(at)
     assert_no_problems(case, problems)
+
+
+# -- the harness's own checks ---------------------------------------------------------------------------
+def test_every_corpus_case_is_graded_at_every_level(request):
+    """Nothing dropped: each case of attacks.toml (read again here) is a test at each level under test, on the
+    warm route, and each COLD case on the cold route too; and every level is under test unless
+    MHA_ATTACKS_ISOLATION narrows them."""
+    items = [i for i in request.node.parent.collect() if isinstance(i, pytest.Function)
+             and i.originalname in ("test_attack_earns_nothing_undeserved_and_leaks_nothing",
+                                    "test_another_students_code_stays_private")]
+    graded = {}
+    for item in items:
+        params = item.callspec.params
+        graded.setdefault((params["level"], params["route"]), []).append(params["case"].id)
+    ids = [c.id for c in load_attacks()]
+    problems = []
+    for level in LEVELS:
+        for route, want in (("warm", ids), ("cold", [i for i in ids if i in COLD])):
+            got = graded.get((level, route), [])
+            if sorted(got) != sorted(want):
+                problems.append(f"at {level}, {route}: expected each of {len(want)} cases once; missing "
+                                f"{sorted(set(want) - set(got))}, extra or repeated "
+                                f"{sorted({i for i in got if i not in want or got.count(i) > 1})}")
+    unknown_cold = sorted(set(COLD) - set(ids))
+    if unknown_cold:
+        problems.append(f"expected COLD to name corpus cases, it names {unknown_cold}")
+    if "MHA_ATTACKS_ISOLATION" not in os.environ and LEVELS != sandbox_module.LEVELS:
+        problems.append(f"expected every level {sandbox_module.LEVELS} under test, got {LEVELS}")
+    assert not problems, "\n".join(problems)
+
+
+def _sleeper(*args):
+    """A process with `args` on its command line (as a student process's would be), until killed."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", *args],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_a_process_left_by_a_warm_or_cold_grading_is_a_survivor(tmp_path):
+    """The survivor check on stand-ins: a fork of our zygote (its command line) and a cold student process of
+    our submission are counted; the zygote itself, another zygote's fork and another submission's are not."""
+    address = str(tmp_path / "mha-student-server-ours" / "socket")
+    other = str(tmp_path / "mha-student-server-theirs" / "socket")
+    submission = tmp_path / "sub"
+
+    def config(sub):  # the cold student process's argument: its sandbox's files and what it may not see
+        return json.dumps({"log": str(tmp_path / "mha-sandbox-x" / "log"), "forbidden": [str(sub)]})
+
+    procs = {"zygote": _sleeper("student", address), "fork": _sleeper("student", address),
+             "other zygote's fork": _sleeper("student", other), "cold": _sleeper(config(submission.resolve())),
+             "cold, another submission": _sleeper(config(tmp_path / "another"))}
+    try:
+        alive = surviving_student_processes([submission], {address: procs["zygote"].pid}, timeout=0)
+        pids = {int(line.split()[1]) for line in alive}
+        counted = sorted(name for name, proc in procs.items() if proc.pid in pids)
+        assert counted == ["cold", "fork"], f"expected the fork and the cold process counted, got {counted}: {alive}"
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+    assert surviving_student_processes([submission], {address: 0}, timeout=0) == [], "killed processes counted"
+
+
+@pytest.mark.parametrize("route", ["warm", "cold"])
+@pytest.mark.parametrize("level", LEVELS, scope="module")
+def test_a_live_student_process_is_seen_by_the_survivor_check(level, route, at, tmp_path):
+    """The survivor check on real student processes, at each level and on each route: while one runs it is
+    counted (keeper and student code, forked from the zygote or started cold); once closed, none is."""
+    if at.why_not:
+        pytest.skip(f"the {at.name} level is not offered here: {at.why_not}")
+    submission = tmp_path / "sub"
+    submission.mkdir()
+    (submission / "masks.py").write_text((SOLUTIONS / "masks.py").read_text())
+    zygote = at.servers().zygote.address if route == "warm" else None
+    # each form on its own: the warm one by the zygote's address only, the cold one by the submission only
+    names, zygotes = ([], at.zygotes()) if route == "warm" else ([submission], {})
+    with sandbox_module.Sandbox(submission, isolation=level, python=at.python, zygote=zygote) as sb:
+        sb.call("masks", "causal_mask", 2)
+        alive = surviving_student_processes(names, zygotes, timeout=0)
+        assert alive, f"at {level}, {route}: expected the running student process counted, got none"
+    gone = surviving_student_processes(names, zygotes)
+    assert not gone, f"at {level}, {route}: expected no student process once closed, got {gone}"
 
 
 # -- the corpus itself --------------------------------------------------------------------------------
@@ -536,9 +829,11 @@ def test_expectations_name_real_checks():
 def test_every_case_materializes_as_valid_python(tmp_path):
     for case in ATTACKS:
         folder = materialize(case, tmp_path / case.id, SOLUTIONS, params={"port": 1, "marker": "m"})
-        for path in folder.glob("*.py"):
-            compile(path.read_text(encoding="utf-8"), str(path), "exec")
-        assert re.search(r"\$\{[a-z_]+\}", (folder / f"{case.module}.py").read_text()) is None, case.id
+        sources = submission_sources(folder)  # a folder or a zip, whatever materialize returns
+        assert sources, f"{case.id}: expected .py files in {folder}, found none"
+        for name, text in sources.items():
+            compile(text, f"{folder}/{name}", "exec")
+            assert re.search(r"\$\{[a-z_]+\}", text) is None, f"{case.id}: a placeholder left in {name}"
 
 
 @pytest.mark.parametrize("entry, error", [
