@@ -58,13 +58,31 @@ def _probe(tmp_path, port=9, **sandbox):
         return json.loads(line[5:]), sb.isolation
 
 
+def _python_under_tmp():
+    """The first folders under /tmp on the way to Python's own folders (a kit cloned under /tmp has its venv
+    there: the private root binds it, so the private /tmp holds that path and nothing else)."""
+    import site
+    import sysconfig
+
+    tmp = "/tmp"  # the student process's private /tmp is always there
+    paths = [sys.prefix, sys.base_prefix, sys.executable, *site.getsitepackages(), sysconfig.get_paths()["stdlib"]]
+    firsts = set()
+    for path in paths:
+        real = os.path.realpath(path)
+        if real.startswith(tmp + os.sep):
+            firsts.add(real[len(tmp) + 1:].split(os.sep)[0])
+    return sorted(firsts)
+
+
 @needs_namespaces
 def test_the_student_process_sees_only_system_folders_its_copy_and_an_empty_tmp(tmp_path):
     (tmp_path / "marker-of-this-submission.txt").write_text("x")
     seen, how = _probe(tmp_path)
     assert how == "namespaces"
     assert seen["cwd"] == "/submission" and "masks.py" in seen["/submission"]
-    assert seen["/tmp"] == [], f"expected an empty private /tmp, saw {seen['/tmp']}"
+    assert seen["/tmp"] == _python_under_tmp(), (
+        f"expected a private /tmp holding nothing but the way to Python's own folders "
+        f"({_python_under_tmp()}), saw {seen['/tmp']}")
     visible = json.dumps({k: v for k, v in seen.items() if k != "env"})
     for name in ("autograder", "solutions", "assignments", "grader_cli.py"):
         assert name not in visible, f"the student process can see {name!r}: {visible}"
