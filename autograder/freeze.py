@@ -138,7 +138,15 @@ class Freeze:
                         self.complete = False
                         break
                     time.sleep(0.0002)
+        # a task shows "T" just before its last switch off the CPU, which still adds to its CPU time: read
+        # the figures until they settle, so that only CPU used during the block counts
         self.before = {pid: cpu_ns(pid) for pid in self.stopped}
+        while time.monotonic() < deadline + SETTLE_SECONDS:
+            time.sleep(0.0005)
+            now = {pid: cpu_ns(pid) for pid in self.stopped}
+            if now == self.before:
+                break
+            self.before = now
 
     def resume(self):
         after = {pid: cpu_ns(pid) for pid in self.stopped}
