@@ -138,6 +138,25 @@ class Freeze:
                         self.complete = False
                         break
                     time.sleep(0.0002)
+                    try:  # again: another process of the tree may have resumed it (SIGCONT) meanwhile
+                        os.kill(pid, signal.SIGSTOP)
+                    except OSError:
+                        break
+        # a process of the tree may have sent SIGCONT to one already stopped before it stopped itself (a
+        # watchdog thread resuming its burners): stop again whatever runs, until all are stopped at once
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while time.monotonic() < deadline:
+            running = [pid for pid in self.stopped if not _all_stopped(pid)]
+            if not running:
+                break
+            for pid in running:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except OSError:
+                    pass
+            time.sleep(0.0002)
+        else:
+            self.complete = False
         # a task shows "T" just before its last switch off the CPU, which still adds to its CPU time: read
         # the figures until they settle, so that only CPU used during the block counts
         self.before = {pid: cpu_ns(pid) for pid in self.stopped}
