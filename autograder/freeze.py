@@ -99,7 +99,6 @@ class Freeze:
     def __init__(self, root):
         self.root = root
         self.stopped: list[int] = []
-        self.complete = True  # every process of the tree was seen stopped before the block began
         self.before: dict[int, int] = {}
         self.ran_ns = 0  # CPU time the tree used during the block (0 when frozen)
         self.new: list[int] = []  # processes of the tree that appeared during the block
@@ -117,50 +116,30 @@ class Freeze:
         return " and ".join(parts) or "the student's processes could not be stopped"
 
     def stop(self):
+        """Stop the tree: SIGSTOP every process in it, found again and again, until none is new and all are
+        stopped at once (a stopped process cannot fork; one that runs may still resume another, e.g. a
+        watchdog thread sending SIGCONT to its burners, so whatever runs is stopped again)."""
         deadline = time.monotonic() + SETTLE_SECONDS
         seen = set()
-        while True:
-            new = [pid for pid in tree(self.root) if pid not in seen]
-            if not new:
-                break
-            for pid in new:
-                seen.add(pid)
-                try:
-                    os.kill(pid, signal.SIGSTOP)
-                    self.stopped.append(pid)
-                except ProcessLookupError:
-                    continue
-                except PermissionError:
-                    self.complete = False
-            for pid in new:  # wait until the signal has landed: a process that still runs may still fork
-                while not _all_stopped(pid):
-                    if time.monotonic() > deadline:
-                        self.complete = False
-                        break
-                    time.sleep(0.0002)
-                    try:  # again: another process of the tree may have resumed it (SIGCONT) meanwhile
-                        os.kill(pid, signal.SIGSTOP)
-                    except OSError:
-                        break
-        # a process of the tree may have sent SIGCONT to one already stopped before it stopped itself (a
-        # watchdog thread resuming its burners): stop again whatever runs, until all are stopped at once
-        deadline = time.monotonic() + SETTLE_SECONDS
         while time.monotonic() < deadline:
+            new = [pid for pid in tree(self.root) if pid not in seen]
+            seen.update(new)
             running = [pid for pid in self.stopped if not _all_stopped(pid)]
-            if not running:
+            if not new and not running:
                 break
-            for pid in running:
+            for pid in new + running:
                 try:
                     os.kill(pid, signal.SIGSTOP)
-                except OSError:
-                    pass
+                except OSError:  # gone (or not ours to signal, which a sandbox's own tree never is)
+                    continue
+                if pid in new:
+                    self.stopped.append(pid)
             time.sleep(0.0002)
-        else:
-            self.complete = False
         # a task shows "T" just before its last switch off the CPU, which still adds to its CPU time: read
         # the figures until they settle, so that only CPU used during the block counts
         self.before = {pid: cpu_ns(pid) for pid in self.stopped}
-        while time.monotonic() < deadline + SETTLE_SECONDS:
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while time.monotonic() < deadline:
             time.sleep(0.0005)
             now = {pid: cpu_ns(pid) for pid in self.stopped}
             if now == self.before:
