@@ -80,6 +80,17 @@ def csv_value(cell: str) -> str:
     return cell[1:] if cell.startswith("'") else cell
 
 
+def _listing(title, tests, suffix):
+    """Text report lines for `tests` under `title`: each check's name, then its message indented ([] if none)."""
+    if not tests:
+        return []
+    lines = ["", f"{title} ({len(tests)}):"]
+    for t in tests:
+        lines.append(f"  [{t.module}] {safe_line(t.name)}{suffix(t)}")
+        lines.append("      " + safe_text(t.message.rstrip("\n"), "      "))
+    return lines
+
+
 @dataclass
 class TestResult:
     id: str
@@ -227,18 +238,8 @@ class GradeReport:
             lines.append(f"  {m:<{width}}  {earned:>5g} / {available:<5g} {mark}")
         if self.notes:
             lines += ["", f"Files not graded ({len(self.notes)}):", *(f"  {safe_line(n)}" for n in self.notes)]
-        failed = self.failed()
-        if failed:
-            lines += ["", f"Failed checks ({len(failed)}):"]
-            for t in failed:
-                lines.append(f"  [{t.module}] {safe_line(t.name)}  (-{t.points:g})")
-                lines.append("      " + safe_text(t.message.rstrip("\n"), "      "))
-        noted = self.noted()
-        if noted:
-            lines += ["", f"Passed, with a note ({len(noted)}):"]
-            for t in noted:
-                lines.append(f"  [{t.module}] {safe_line(t.name)}")
-                lines.append("      " + safe_text(t.message.rstrip("\n"), "      "))
+        lines += _listing("Failed checks", self.failed(), lambda t: f"  (-{t.points:g})")
+        lines += _listing("Passed, with a note", self.noted(), lambda t: "")
         skipped = self.skipped()
         if skipped:
             pts = sum(t.points for t in skipped)

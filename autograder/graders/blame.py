@@ -36,6 +36,12 @@ PARTS = {
     "split": ("heads", "split_heads"),
     "merge": ("heads", "merge_heads"),
 }
+REFERENCE = {
+    "attention": ref_attention.scaled_dot_product_attention,
+    "mask": ref_masks.causal_mask,
+    "split": ref_heads.split_heads,
+    "merge": ref_heads.merge_heads,
+}
 USED_BY = {
     "CausalAttention": ("attention", "mask"),
     "StackedMultiHeadAttention": ("attention", "mask"),
@@ -53,46 +59,33 @@ class Parts:
     def __init__(self, student, use):
         self.student, self.use = student, set(use)
 
-    def _call(self, part, *args):
-        module, name = PARTS[part]
-        try:
-            value, _ = self.student.call(module, name, *args)
-        except StudentError as exc:
-            raise _Broken(str(exc)) from None
-        return value
+    def _step(self, part, *args):
+        """Run step `part`: the reference's here, or the student's function in its process; a tensor."""
+        if part not in self.use:
+            out = REFERENCE[part](*args)
+        else:
+            module, name = PARTS[part]
+            try:
+                out, _ = self.student.call(module, name, *args)
+            except StudentError as exc:
+                raise _Broken(str(exc)) from None
+        if part == "attention" and isinstance(out, (list, tuple)) and out:
+            out = out[0]  # (output, weights)
+        if not isinstance(out, torch.Tensor):
+            raise _Broken(f"{PARTS[part][1]} returned no tensor")
+        return out
 
     def attention(self, q, k, v, mask):
-        if "attention" not in self.use:
-            return ref_attention.scaled_dot_product_attention(q, k, v, mask)[0]
-        value = self._call("attention", q, k, v, mask)
-        out = value[0] if isinstance(value, (list, tuple)) and value else value
-        if not isinstance(out, torch.Tensor):
-            raise _Broken("scaled_dot_product_attention returned no tensor")
-        return out
+        return self._step("attention", q, k, v, mask)
 
     def mask(self, T):
-        if "mask" not in self.use:
-            return ref_masks.causal_mask(T)
-        out = self._call("mask", T)
-        if not isinstance(out, torch.Tensor):
-            raise _Broken("causal_mask returned no tensor")
-        return out
+        return self._step("mask", T)
 
     def split(self, x, H):
-        if "split" not in self.use:
-            return ref_heads.split_heads(x, H)
-        out = self._call("split", x, H)
-        if not isinstance(out, torch.Tensor):
-            raise _Broken("split_heads returned no tensor")
-        return out
+        return self._step("split", x, H)
 
     def merge(self, x):
-        if "merge" not in self.use:
-            return ref_heads.merge_heads(x)
-        out = self._call("merge", x)
-        if not isinstance(out, torch.Tensor):
-            raise _Broken("merge_heads returned no tensor")
-        return out
+        return self._step("merge", x)
 
 
 def _linear(params, name, x):
