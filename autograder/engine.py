@@ -21,7 +21,6 @@ import json
 import os
 import re
 import secrets
-import signal
 import stat
 import subprocess
 import sys
@@ -175,22 +174,13 @@ def _key_pipe(key):
 _RUNNING: set = set()  # the cold grader processes now running (kill_running ends them)
 
 
-def _kill_group(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-
-
 def kill_running():
     """End every cold grading now running in this process (a batch stopped by a second Ctrl-C); their
     `grade` calls return without a score, which the batch does not record."""
+    from autograder.forkserver import kill_group
+
     for proc in list(_RUNNING):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(proc.pid)
 
 
 def _run_graders(args, cwd, timeout, servers, key):
@@ -199,7 +189,7 @@ def _run_graders(args, cwd, timeout, servers, key):
     `key` reaches the graders through an inherited pipe (never argv, the
     environment or a file), so no other process can sign results.
     """
-    from autograder.forkserver import Worker
+    from autograder.forkserver import Worker, kill_group
 
     log = Path(cwd) / "graders.log"
     worker, key_fd = None, _key_pipe(key)
@@ -220,7 +210,8 @@ def _run_graders(args, cwd, timeout, servers, key):
             try:
                 stdout, stderr = proc.communicate(timeout=timeout)
             except BaseException:
-                _kill_group(proc)
+                kill_group(proc.pid)
+                proc.wait()
                 raise
             finally:
                 _RUNNING.discard(proc)

@@ -36,7 +36,8 @@ from pathlib import Path
 MAX_MESSAGE = 1 << 16
 
 
-def _kill_group(pid):
+def kill_group(pid):
+    """SIGKILL the process group led by `pid`, and `pid` itself (gone or not ours: nothing to do)."""
     for target in (-pid, pid):
         try:
             os.kill(target, signal.SIGKILL)
@@ -55,7 +56,7 @@ def serve(address, handler):
         ready, _, _ = select.select([0, listener, *by_conn], [], [], 0.05)
         if 0 in ready and not os.read(0, 4096):
             for pid in by_pid:
-                _kill_group(pid)
+                kill_group(pid)
             os._exit(0)
         if listener in ready:
             conn, _ = listener.accept()
@@ -93,7 +94,7 @@ def serve(address, handler):
             except OSError:
                 gone = True
             if gone:  # the client gave up on this worker
-                _kill_group(by_conn[conn])
+                kill_group(by_conn[conn])
         while by_pid:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -143,7 +144,7 @@ class Worker:
         return self.returncode
 
     def kill(self):
-        _kill_group(self.pid)
+        kill_group(self.pid)
 
     def close(self):
         """Forget the worker; the server kills it if it is still running."""
