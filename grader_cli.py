@@ -244,7 +244,8 @@ def grade_all(folder, output, jobs, force, timeout, **sandbox):
     except GraderUnavailable as exc:
         click.echo(f"error: the grader cannot run student code here: {exc}", err=True)
         sys.exit(EXIT_CANNOT_RUN)
-    entries, _, pending, changed, _ = batch.plan(folder, output, force=force, timeout=timeout, **options)
+    planned = batch.plan(folder, output, force=force, timeout=timeout, **options)  # hashed once, used twice
+    entries, _, pending, changed, _ = planned
     todo = len(pending)
     since = f" ({changed} changed since the last run)" if changed else ""
     click.echo(f"{len(entries)} submissions, {len(entries) - todo} already graded, {todo} to grade{since}",
@@ -259,7 +260,8 @@ def grade_all(folder, output, jobs, force, timeout, **sandbox):
         with click.progressbar(length=todo, label="grading", show_pos=True, show_eta=True, file=sys.stderr,
                                item_show_func=lambda row: safe_line(row.id) if row else "") as bar:
             rows = batch.grade_all(folder, output, jobs=jobs, force=force, timeout=timeout,
-                                   progress=lambda row: bar.update(1, row), on_interrupt=stopping, **options)
+                                   progress=lambda row: bar.update(1, row), on_interrupt=stopping,
+                                   planned=planned, **options)
     except batch.Interrupted as stop:
         killed = f"; {stop.killed} grading(s) stopped halfway were not recorded" if stop.killed else ""
         click.echo(f"Interrupted: {len(stop.rows)} rows saved in {output / batch.GRADEBOOK}, {stop.left} "

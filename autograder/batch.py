@@ -246,7 +246,7 @@ def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: 
 
 
 def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool = False, timeout: float = 300.0,
-              call_timeout: float = 10.0, progress=None, warm: bool = True, on_interrupt=None,
+              call_timeout: float = 10.0, progress=None, warm: bool = True, on_interrupt=None, planned=None,
               **options) -> dict[str, Row]:
     """Grade every submission of `folder` into `out`; return id -> Row for all of them.
 
@@ -256,7 +256,8 @@ def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool =
     `progress(row)` is called after each graded submission. With `warm` (the
     default), two fork servers import torch once for the whole run
     (autograder.engine.WarmServers); where they cannot start, each grading
-    starts cold. `options` go to autograder.engine.grade.
+    starts cold. `options` go to autograder.engine.grade. `planned`: what
+    `plan` returned for the same arguments (the CLI asks first, to say it).
 
     A first KeyboardInterrupt (Ctrl-C) starts nothing new and waits for the
     running gradings (`on_interrupt(n_running)` is called), a second kills
@@ -265,8 +266,8 @@ def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool =
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    _, rows, todo, _, prints = plan(folder, out, force=force, timeout=timeout, call_timeout=call_timeout,
-                                    **options)
+    _, rows, todo, _, prints = planned or plan(folder, out, force=force, timeout=timeout,
+                                               call_timeout=call_timeout, **options)
     jobs = jobs or os.cpu_count() or 1
     stopped = threading.Event()
     finished = set()
