@@ -282,6 +282,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
             report.student_output = data.get("student_output", "")
             report.isolation = data.get("isolation") or ""
             report.timings = _timings(wall_start, data.get("times", {}), report.tests)
+            report.grader_peak_mib = float(data.get("peak_mib") or 0.0)
         elif report.status == "graded":
             raise GraderUnavailable("the graders did not run" + _error_lines(log))
     report.execution_time = time.monotonic() - start

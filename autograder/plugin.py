@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -148,6 +149,19 @@ def pytest_runtest_makereport(item, call):
 _EXIT = pytest.StashKey[int]()
 
 
+def peak_mib() -> float:
+    """This process's peak resident memory, in MiB: VmHWM, which starts again at exec (ru_maxrss keeps the
+    peak of the process that forked it, e.g. a large batch run); ru_maxrss where /proc has no VmHWM."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
     config.stash[_EXIT] = int(exitstatus)
@@ -159,6 +173,8 @@ def pytest_sessionfinish(session, exitstatus):
         times.update(child_started=sandbox.started_at, child_ready=sandbox.ready_at)
         sandbox.close()
     times["finished"] = time.time()
+    # What answers, messages and pictures cost this trusted process: a bound the adversarial corpus checks.
+    extra["peak_mib"] = peak_mib()
     path = config.getoption("results_file")
     if path:
         failure = config.stash.get(_FAILURE, None)

@@ -130,6 +130,7 @@ class GradeReport:
     isolation: str = ""  # how the student process was confined: "namespaces", "landlock" or "none"
     grader_failure: bool = False  # the grader could not run student code (status "error"): no score at all
     notes: list = field(default_factory=list)  # files of the submission not graded, and why (autograder.intake)
+    grader_peak_mib: float = 0.0  # the grader process's peak resident memory (what the submission cost it)
 
     @property
     def earned(self):
@@ -178,6 +179,7 @@ class GradeReport:
             "isolation": self.isolation,
             "grader_failure": self.grader_failure,
             "notes": self.notes,
+            "grader_peak_mib": self.grader_peak_mib,
         }
 
     def to_gradescope(self):

@@ -3,8 +3,10 @@
 The grading process never imports student code. A `Sandbox` starts
 `_child.py` in a child process whose working directory is a private copy of
 the submission, sends it requests (call this function, build this module,
-run its forward pass) and reads back plain tensors with
-`torch.load(weights_only=True)`. Every request has a timeout. A child that
+run its forward pass) and reads back plain tensors and containers in
+autograder/wire.py's format, checked against the frame's size and against
+the most bytes an answer to the request may take (no pickle: what an answer
+costs here is bounded by what was sent). Every request has a timeout. A child that
 hangs is killed, one that dies is restarted, and a module that crashes the
 child twice is not run again: its remaining checks fail at once.
 
@@ -32,7 +34,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from autograder import LEVELS, MODULES, intake as _intake
+from autograder import LEVELS, MODULES, intake as _intake, wire
 from autograder.forkserver import Worker
 
 REMEDY = {
@@ -54,6 +56,7 @@ CHILD = Path(__file__).with_name("_child.py")
 ROOT = Path(__file__).resolve().parent.parent
 MAX_STRIKES = 2  # crashes or timeouts of one module before its checks stop running
 LOG_TAIL = 1500
+MAX_ANSWER = 64 << 20  # bytes of one answer; requests whose answers are bounded tighter pass their own limit
 #: What the student process never sees, even where it cannot be hidden by namespaces it is never copied.
 INSTRUCTOR_ONLY = ("autograder", "solutions", "assignments", "tests", "examples", "benchmarks", ".git")
 
@@ -395,15 +398,14 @@ class Sandbox:
         self._proc.stdin.write(struct.pack(">Q", len(data)) + data)
         self._proc.stdin.flush()
 
-    def _read(self, deadline):
+    def _read(self, deadline, limit=MAX_ANSWER):
+        """One answer (autograder/wire.py); wire.Malformed for a frame over `limit` bytes or out of format."""
         fd = self._proc.stdout.fileno()
         (size,) = struct.unpack(">Q", _read_exactly(fd, 8, deadline))
-        if size > 512 << 20:
-            raise ValueError(f"answer of {size} bytes")
-        data = _read_exactly(fd, size, deadline)
-        import torch
-
-        return torch.load(io.BytesIO(data), weights_only=True)
+        if size > limit:
+            raise wire.Malformed(f"an answer of {size / (1 << 20):.1f} MiB (no answer to this request needs more "
+                                 f"than {limit / (1 << 20):g} MiB)")
+        return wire.decode(_read_exactly(fd, size, deadline))
 
     def _ensure_ready(self):
         """Start the student process if needed and wait for its handshake; GraderUnavailable if it fails.
@@ -453,10 +455,11 @@ class Sandbox:
             return ""
 
     # -- requests -----------------------------------------------------------
-    def request(self, owner, op, timeout=None, context="your code", **fields):
+    def request(self, owner, op, timeout=None, context="your code", answer_limit=MAX_ANSWER, **fields):
         """Send one request that runs code of the module `owner`; return the answer dict.
 
-        `context` names the call in messages, e.g. "split_heads(float32 tensor (2, 3, 8), 2)".
+        `context` names the call in messages, e.g. "split_heads(float32 tensor (2, 3, 8), 2)";
+        `answer_limit`: the most bytes an answer to it may take.
         """
         module = owner
         if module not in self.available:
@@ -470,7 +473,7 @@ class Sandbox:
         self._ensure_ready()
         try:
             self._write({"op": op, **fields})
-            answer = self._read(time.monotonic() + timeout)
+            answer = self._read(time.monotonic() + timeout, answer_limit)
         except TimeoutError:
             self._strike(module, f"no answer within {timeout:g} s")
             raise StudentError(f"{context} did not finish within {timeout:g} s "
@@ -485,12 +488,20 @@ class Sandbox:
                                    "crashed") from None
             raise StudentError(f"the process running your code exited (exit code {code}) during {context}: "
                                f"sys.exit, os._exit or a crash in {module}.py?{hint}", "crashed") from None
-        except Exception as exc:  # an answer that is not plain tensors and containers
+        except wire.Refused as exc:  # a sparse or quantized tensor: the student's answer, which cannot be checked
+            raise StudentError(f"{context} returned {exc}: only dense tensors (on the CPU, a GPU or the meta "
+                               "device) can be checked", "bad-return") from None
+        except Exception as exc:  # an answer out of format (wire.Malformed), or too large
             self._strike(module, "unreadable answer")
-            raise StudentError(f"{context} returned something that is not a plain tensor "
-                               f"({type(exc).__name__})", "bad-return") from None
+            detail = str(exc) if isinstance(exc, wire.Malformed) else type(exc).__name__
+            raise StudentError(f"{context} returned something that is not a plain tensor ({detail})",
+                               "bad-return") from None
+        if not isinstance(answer, dict):
+            self._strike(module, "unreadable answer")
+            raise StudentError(f"{context} answered out of protocol (a request handler replaced by student "
+                               "code?)", "bad-return")
         if not answer.get("ok"):
-            err = answer["error"]
+            err = _error_fields(answer.get("error"))
             detail = (f": {err['message']}" if err["message"] else "") + self._limit_hint(err)
             if err.get("during_import"):
                 raise StudentError(f"importing {err['during_import']}.py raised {err['type']}{detail}",
@@ -530,7 +541,7 @@ class Sandbox:
         """Call `module.name(*args, **kwargs)` in the child; return (value, args_after)."""
         answer = self.request(module, "call", timeout, signature(name, args, kwargs), module=module,
                               name=name, args=list(args), kwargs=kwargs, seed=seed, capture_args=capture_args)
-        return answer["value"], answer.get("args_after")
+        return answer.get("value"), answer.get("args_after")
 
     def new(self, module, name, *args, seed=None, timeout=None, **kwargs):
         """Build `module.name(*args, **kwargs)` in the child; return a RemoteModule."""
@@ -540,6 +551,16 @@ class Sandbox:
         remote = RemoteModule(self, module, name, handle, self._generation)
         remote.args, remote.kwargs = tuple(args), dict(kwargs)  # how it was built (autograder/graders/blame.py)
         return remote
+
+
+def _error_fields(err):
+    """The error of a failed answer, as the fields that messages use, whatever the student process sent."""
+    err = err if isinstance(err, dict) else {}
+    text = lambda v: v if isinstance(v, str) else ""  # noqa: E731
+    mro = err.get("mro")
+    return {"type": text(err.get("type")) or "an unnamed error", "message": text(err.get("message")),
+            "mro": [m for m in mro if isinstance(m, str)] if isinstance(mro, list) else [],
+            "traceback": text(err.get("traceback")), "during_import": text(err.get("during_import")) or None}
 
 
 def torch_tensor():
@@ -591,7 +612,7 @@ class RemoteModule:
         answer = self._request("call", signature(f"{self.name}.forward", args, {}) + f" in {mode} mode",
                                timeout, args=list(args), kwargs={}, train=train, seed=seed,
                                capture_args=capture_args)
-        return answer["value"], answer.get("args_after")
+        return answer.get("value"), answer.get("args_after")
 
     def load(self, params):
         """Copy trusted parameter values into the student's module by name."""
@@ -616,10 +637,14 @@ class RemoteModule:
         For the caller to time (autograder.timing). `discard`: send no outputs back.
         """
         context = signature(f"{self.name}.forward", [inputs[0]], {}) + f" x {len(inputs)}"
-        outputs = self._request("time", context, timeout, inputs=inputs, discard=discard).get("outputs")
+        # The outputs of one block are len(inputs) tensors of the size of an input, give or take a dtype and
+        # a last dimension: an answer far larger than that is refused before it is read.
+        limit = (1 << 20) + 16 * inputs.numel() * inputs.element_size()
+        outputs = self._request("time", context, timeout, answer_limit=limit, inputs=inputs,
+                                discard=discard).get("outputs")
         if type(outputs) is torch_tensor():
             outputs = list(outputs.unbind(0))
-        if not isinstance(outputs, list):
+        if not isinstance(outputs, list) or len(outputs) != (0 if discard else len(inputs)):
             raise StudentError(f"{context} answered without its outputs (a request handler replaced by "
                                "student code?)", "bad-return")
         return outputs

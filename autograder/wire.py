@@ -1,0 +1,183 @@
+"""How an answer travels from the student process to the trusted one: JSON and raw tensor bytes, no pickle.
+
+The student process (autograder/_child.py, which loads this file by path
+before it confines itself) writes every answer with `encode`; the trusted
+side (autograder/sandbox.py) reads it with `decode`. An answer is made of
+dicts with string keys, lists, strings, numbers, booleans, None and dense
+tensors, and nothing else.
+
+Why not torch.save/torch.load, even with weights_only=True: what the trusted
+side pays for a frame must be bounded by the frame's size, and torch's
+formats let a small frame cost far more: the zip format inflates DEFLATE
+records (a 5.8 MB frame decoded to 6.1 GB), a tensor may have stride 0 (390
+bytes that read as 2^25 rows), and the legacy format allocates each storage
+at the size the pickle declares before reading it. Here a frame is:
+
+    8-byte big-endian header size | JSON header | payload
+
+The header is the answer, with each tensor replaced by
+{"__tensor__": [dtype, shape, offset, nbytes, device]}: the tensor's
+elements, C-contiguous, are payload[offset:offset + nbytes] (a CUDA tensor
+travels through the CPU and is put back on its device); a tensor on the
+meta device, which has no data, by {"__meta__": [dtype, shape]}. `decode` checks every
+tensor against its frame (a known dtype, at most MAX_DIMS dimensions,
+numel x element size == nbytes, inside the payload), so a tensor costs
+exactly the bytes it brought, and shortens every string to MAX_STRING
+characters: a student's exception message or printed text cannot grow a
+report. A tensor the trusted side cannot check (sparse, quantized, on
+another device) is sent as {"__refused__": "what it was"} and `decode` raises
+Refused with that description: the student's answer, not a grader error.
+
+`encode` runs in the student process, so nothing in `decode` trusts it:
+a frame that breaks any rule raises Malformed.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import re
+import struct
+
+MAX_DIMS = 8
+MAX_STRING = 4000  # characters: longer strings are cut, with a note of how much was cut
+ALIGN = 16  # each tensor's bytes start at a multiple of this in the payload: view(dtype) needs it
+
+DTYPES = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128", "uint8", "int8", "int16",
+          "int32", "int64", "bool")
+
+
+class Malformed(ValueError):
+    """A frame that breaks the format: its header, a tensor's description, its sizes."""
+
+
+class Refused(ValueError):
+    """The answer holds a value that cannot be checked (a sparse or quantized tensor): the message says what."""
+
+
+def _torch():
+    import torch  # late: the student process confines itself before it imports torch
+
+    return torch
+
+
+# -- the student side ----------------------------------------------------------
+def encode(obj) -> bytes:
+    """The frame body for an answer made of plain containers, scalars and tensors."""
+    torch = _torch()
+    chunks, size = [], 0
+
+    def tensor(t):
+        nonlocal size
+        if t.device.type == "meta" and t.layout == torch.strided:  # shape and dtype, no data: costs nothing
+            return {"__meta__": [str(t.dtype).replace("torch.", ""), list(t.shape)]}
+        if t.layout != torch.strided or t.is_quantized or t.device.type not in ("cpu", "cuda"):
+            where = "" if t.device.type == "cpu" else f" on {t.device.type}"
+            return {"__refused__": f"a {str(t.layout).replace('torch.', '')} {str(t.dtype).replace('torch.', '')} "
+                                   f"tensor{where} of shape {tuple(t.shape)}"}
+        device = str(t.device)
+        t = t.detach().to("cpu").resolve_conj().resolve_neg().contiguous()
+        nbytes = t.numel() * t.element_size()
+        pad = -size % ALIGN
+        if pad:
+            chunks.append(b"\0" * pad)
+            size += pad
+        offset = size
+        if nbytes:
+            chunks.append(ctypes.string_at(t.data_ptr(), nbytes))
+            size += nbytes
+        return {"__tensor__": [str(t.dtype).replace("torch.", ""), list(t.shape), offset, nbytes, device]}
+
+    def walk(value):
+        if isinstance(value, torch.Tensor):
+            return tensor(value)
+        if isinstance(value, dict):
+            return {str(k): walk(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [walk(v) for v in value]
+        return value
+
+    header = json.dumps(walk(obj)).encode()
+    return struct.pack(">Q", len(header)) + header + b"".join(chunks)
+
+
+# -- the trusted side ----------------------------------------------------------
+def decode(data: bytes):
+    """The answer in `data`; Malformed if it breaks the format, Refused if it holds an uncheckable tensor."""
+    if len(data) < 8:
+        raise Malformed("a frame shorter than its header size")
+    (size,) = struct.unpack(">Q", data[:8])
+    if size > len(data) - 8:
+        raise Malformed(f"a header of {size} bytes in a frame of {len(data)}")
+    try:
+        header = json.loads(data[8:8 + size])
+    except (ValueError, RecursionError) as exc:  # not JSON, nested too deep, an integer of 5000 digits
+        raise Malformed(f"a header that is not JSON ({type(exc).__name__})") from None
+    payload = memoryview(data)[8 + size:]
+    buffer = None
+    torch = _torch()
+
+    def kind(dtype, shape):
+        if dtype not in DTYPES:
+            raise Malformed(f"a tensor of dtype {_cut(str(dtype), 40)!r}")
+        if not (isinstance(shape, list) and len(shape) <= MAX_DIMS
+                and all(type(n) is int and n >= 0 for n in shape)):
+            raise Malformed("a tensor shape that is not a list of at most 8 sizes")
+        return getattr(torch, dtype)
+
+    def meta(spec):
+        if not (isinstance(spec, list) and len(spec) == 2):
+            raise Malformed("a meta tensor described by something other than [dtype, shape]")
+        return torch.empty(spec[1], dtype=kind(*spec), device="meta")
+
+    def tensor(spec):
+        nonlocal buffer
+        if not (isinstance(spec, list) and len(spec) == 5):
+            raise Malformed("a tensor described by something other than [dtype, shape, offset, nbytes, device]")
+        dtype, shape, offset, nbytes, device = spec
+        dtype_ = kind(dtype, shape)
+        if device != "cpu" and not (isinstance(device, str) and re.fullmatch(r"cuda(:[0-9]{1,2})?", device)
+                                    and torch.cuda.is_available()):
+            raise Malformed(f"a tensor on device {_cut(str(device), 40)!r}")
+        if not all(type(n) is int for n in (offset, nbytes)) or offset < 0 or offset % ALIGN:
+            raise Malformed("a tensor at an offset that is not an aligned position")
+        numel = 1
+        for n in shape:
+            numel *= n
+        if numel * torch.empty((), dtype=dtype_).element_size() != nbytes or offset + nbytes > len(payload):
+            raise Malformed(f"a tensor of shape {tuple(shape)} and {dtype} whose {nbytes} bytes do not match it "
+                            "or lie outside the frame")
+        if not nbytes:
+            out = torch.empty(shape, dtype=dtype_)
+        else:
+            if buffer is None:
+                buffer = bytearray(payload)  # one copy, writable: the tensors below are views of it
+            out = torch.frombuffer(buffer, dtype=torch.uint8, count=nbytes, offset=offset).view(dtype_).reshape(shape)
+        return out if device == "cpu" else out.to(device)
+
+    def walk(value):
+        if isinstance(value, dict):
+            if len(value) == 1 and "__tensor__" in value:
+                return tensor(value["__tensor__"])
+            if len(value) == 1 and "__meta__" in value:
+                return meta(value["__meta__"])
+            if len(value) == 1 and "__refused__" in value:
+                raise Refused(_cut(str(value["__refused__"]), 200))
+            return {_cut(k): walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if isinstance(value, str):
+            return _cut(value)
+        return value
+
+    try:
+        return walk(header)
+    except RecursionError:
+        raise Malformed("an answer nested too deep") from None
+
+
+def _cut(text: str, limit: int = MAX_STRING) -> str:
+    """`text`, at most `limit` characters: the end is replaced by a note of how much was cut."""
+    if len(text) <= limit:
+        return text
+    keep = limit - 40
+    return f"{text[:keep]} [... {len(text) - keep} more characters cut]"

@@ -1,0 +1,164 @@
+"""The answers' format (autograder/wire.py): what a frame costs the trusted side is bounded by its size.
+
+Each bomb below is a frame that the old format (torch.save read back with
+torch.load(weights_only=True)) decoded at a cost far above its size; the
+tests show first that the bomb is real (the old reader pays for it), then
+that `wire.decode` refuses it at once. The student side's `encode` is also
+checked to carry every legitimate answer unchanged.
+"""
+from __future__ import annotations
+
+import io
+import json
+import struct
+import subprocess
+import sys
+import zipfile
+
+import pytest
+import torch
+
+from autograder import wire
+from tests.conftest import ROOT
+
+
+def frame(header, payload=b""):
+    """A frame with a hand-written header, as a hostile student process would write it."""
+    body = json.dumps(header).encode()
+    return struct.pack(">Q", len(body)) + body + payload
+
+
+_COST = """
+import io, sys
+import torch
+from autograder import wire
+from autograder.plugin import peak_mib
+data = sys.stdin.buffer.read()
+base = peak_mib()
+try:
+    if sys.argv[1] == "old":
+        torch.load(io.BytesIO(data), weights_only=True)
+    else:
+        wire.decode(data)
+    outcome = "decoded"
+except ValueError as exc:
+    outcome = type(exc).__name__
+print(outcome, peak_mib() - base)
+"""
+
+
+def decode_cost(data, reader="wire"):
+    """(outcome, MiB) of reading `data` in a fresh process: 'decoded' or the exception, and the growth of its
+    peak resident memory (a process of its own, so that no earlier test's peak hides this one's)."""
+    out = subprocess.run([sys.executable, "-c", _COST, reader], input=data, capture_output=True, check=True,
+                         cwd=ROOT, timeout=300).stdout.decode().split()
+    return out[0], float(out[1])
+
+
+# -- legitimate answers travel unchanged ------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
+                                   torch.int64, torch.int8, torch.uint8, torch.bool])
+def test_a_tensor_of_every_dtype_travels_unchanged(dtype):
+    t = (torch.randn(2, 3, 5) * 10).to(dtype)  # (B, T, d)
+    back = wire.decode(wire.encode({"ok": True, "value": t}))["value"]
+    assert back.dtype == dtype and back.shape == t.shape and torch.equal(back, t)
+
+
+def test_views_transposes_and_conjugates_arrive_as_their_values():
+    base = torch.randn(4, 6)
+    z = torch.randn(3, 3, dtype=torch.complex64)
+    for t in (base.t(), base[:, 1::2], base.expand(2, 4, 6), z.conj(), -z, torch.zeros(0, 5), torch.tensor(3.5)):
+        back = wire.decode(wire.encode(t))
+        assert back.shape == t.shape and torch.equal(back, t.resolve_conj().resolve_neg())
+
+
+def test_containers_scalars_and_meta_tensors_travel_unchanged():
+    answer = {"ok": True, "value": [torch.ones(2), (torch.zeros(3, dtype=torch.int64), None)], "n": 3,
+              "x": float("nan"), "flag": False, "name": "q1", "m": torch.empty(2, 1 << 40, device="meta")}
+    back = wire.decode(wire.encode(answer))
+    assert back["n"] == 3 and back["x"] != back["x"] and back["flag"] is False and back["name"] == "q1"
+    assert torch.equal(back["value"][0], torch.ones(2)) and back["value"][1][1] is None
+    assert back["m"].device.type == "meta" and back["m"].shape == (2, 1 << 40)  # a shape, no data
+
+
+def test_a_sparse_tensor_is_refused_with_a_description_of_what_came_back():
+    sparse = torch.eye(3).to_sparse()
+    with pytest.raises(wire.Refused, match=r"sparse_coo float32 tensor of shape \(3, 3\)"):
+        wire.decode(wire.encode({"ok": True, "value": sparse}))
+
+
+# -- bombs: frames whose decoding used to cost far more than their size ------------------
+def deflate_bomb(numel):
+    """torch.save of `numel` zeros (the zip format), its records recompressed with DEFLATE: ~1000:1."""
+    raw = io.BytesIO()
+    torch.save({"ok": True, "value": torch.zeros(numel)}, raw)
+    bomb = io.BytesIO()
+    with zipfile.ZipFile(raw) as src, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+    return bomb.getvalue()
+
+
+def test_a_deflate_bomb_is_refused_before_anything_is_inflated():
+    data = deflate_bomb(1 << 26)  # 256 MiB of float32 zeros
+    assert len(data) < 1 << 20
+    outcome, cost = decode_cost(data, "old")
+    assert outcome == "decoded" and cost > 200  # the bomb is real: the old reader inflated it
+    assert decode_cost(data) == ("Malformed", pytest.approx(0, abs=16))
+    assert decode_cost(struct.pack(">Q", len(data)) + data)[0] == "Malformed"  # framed by a hostile process
+
+
+def test_a_stride_zero_tensor_costs_the_bytes_it_brought():
+    big = torch.zeros(1).expand(1 << 25, 64)  # 2^31 elements over one float
+    old = io.BytesIO()
+    torch.save(big, old, _use_new_zipfile_serialization=False)
+    assert len(old.getvalue()) < 2048  # the old format carried it in a few hundred bytes
+    with pytest.raises(wire.Malformed):
+        wire.decode(old.getvalue())
+    # A hand-written header that claims the shape without its bytes is refused too.
+    with pytest.raises(wire.Malformed, match="do not match"):
+        wire.decode(frame({"value": {"__tensor__": ["float32", [1 << 25, 64], 0, 4, "cpu"]}}, b"\0" * 16))
+
+
+def test_a_storage_declared_larger_than_its_frame_allocates_nothing():
+    with pytest.raises(wire.Malformed, match="do not match"):
+        wire.decode(frame({"value": {"__tensor__": ["float64", [1 << 40], 0, 8 << 40, "cpu"]}}))
+
+
+@pytest.mark.parametrize("spec", [
+    ["float32", [2], 0, 8],  # no device
+    ["object", [2], 0, 8, "cpu"],
+    ["float32", [2, -1], 0, 8, "cpu"],
+    ["float32", [1] * 9, 0, 4, "cpu"],
+    ["float32", [2], 4, 8, "cpu"],  # not aligned
+    ["float32", [2], 0, 8, "cuda:0" if not torch.cuda.is_available() else "tpu"],
+    ["float32", "2", 0, 8, "cpu"],
+    ["float32", [2.0], 0, 8, "cpu"],
+])
+def test_a_tensor_description_out_of_format_is_refused(spec):
+    with pytest.raises(wire.Malformed):
+        wire.decode(frame({"value": {"__tensor__": spec}}, b"\0" * 64))
+
+
+@pytest.mark.parametrize("data", [b"", b"\0" * 7, struct.pack(">Q", 99) + b"{}", frame(None)[:-1],
+                                  struct.pack(">Q", 4) + b"\xff\xfe{}", frame("x")[:8] + b"[" * 100_000])
+def test_a_frame_that_is_not_json_is_refused(data):
+    with pytest.raises(wire.Malformed):
+        wire.decode(data)
+
+
+def test_every_string_is_cut_on_the_trusted_side():
+    message = "M" * 20_000_000  # the message bomb: 20 MB per failed check reached every report
+    back = wire.decode(frame({"ok": False, "error": {"type": "E" * 10_000, "message": message}, "K" * 9000: 1}))
+    assert len(back["error"]["message"]) <= wire.MAX_STRING
+    assert back["error"]["message"].endswith("more characters cut]")
+    assert len(back["error"]["type"]) <= wire.MAX_STRING
+    assert all(len(k) <= wire.MAX_STRING for k in back)
+
+
+def test_a_tensor_costs_its_own_bytes_and_no_more():
+    t = torch.randn(1024, 1024)  # 4 MiB
+    data = wire.encode(t)
+    assert len(data) < t.numel() * 4 + 4096
+    outcome, cost = decode_cost(data)
+    assert outcome == "decoded" and cost < 16  # one copy of the payload, the tensor a view of it
