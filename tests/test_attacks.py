@@ -105,6 +105,12 @@ CANARY_NAME = "MHA_CANARY_TOKEN"
 FORMATS = ("text", "json", "gradescope", "markdown", "html", "junit", "classroom")
 FORCE = os.environ.get("MHA_ATTACKS_FORCE") == "1"
 CALL_TIMEOUT = 5.0
+#: What one grading may cost the trusted side, whatever the submission sends it (issue: answers, messages and
+#: pictures of a bounded cost): the grader process's peak resident memory (a warm grader is a fork of a server
+#: that holds torch, pytest and the graders: 200-260 MiB to start with; the DEFLATE bomb of the corpus would
+#: add 512 MiB), and the size of the JSON report (a message bomb sent 20 MB per failed check).
+MAX_GRADER_MIB = 512
+MAX_REPORT_BYTES = 512 << 10
 
 
 def _levels_under_test() -> tuple[str, ...]:
@@ -555,6 +561,12 @@ def expectation_problems(case, report, seconds) -> list[str]:
         problems.append(f"expected full marks outside {case.module}, got {others}:\n    " + "\n    ".join(details[:8]))
     if seconds > case.max_seconds:
         problems.append(f"expected the grading to end within {case.max_seconds:g} s, it took {seconds:.1f} s")
+    if report.grader_peak_mib > MAX_GRADER_MIB:
+        problems.append(f"expected the grader process to stay under {MAX_GRADER_MIB} MiB of memory, its peak was "
+                        f"{report.grader_peak_mib:g} MiB")
+    size = len(json.dumps(report.to_dict()))
+    if size > MAX_REPORT_BYTES:
+        problems.append(f"expected a JSON report of at most {MAX_REPORT_BYTES >> 10} KiB, got {size >> 10} KiB")
     if case.probe and case.probe not in report.student_output:
         problems.append(f"expected the attack's probe {case.probe!r} in the student's output (proof that the attack "
                         f"ran), got: {report.student_output[-600:]!r}")
@@ -643,7 +655,7 @@ def test_attack_earns_nothing_undeserved_and_leaks_nothing(level, case, route, a
         report, seconds = at.grade(folder, route, case)
         print(f"{case.id} at {level}, {route}: graded in {seconds:.1f} s, {case.module} "
               f"{report.modules()[case.module][0]:g}/{report.modules()[case.module][1]:g}, score {report.score:g}, "
-              f"isolation {getattr(report, 'isolation', '?')!r}")
+              f"isolation {getattr(report, 'isolation', '?')!r}, grader peak {report.grader_peak_mib:g} MiB")
         problems = expectation_problems(case, report, seconds) + leak_problems(report, forbidden)
     leftovers = files_with_marker(marker, extra_roots=[tmp_path]) if case.attack == "results-json" else []
     for path in leftovers:  # never leave the attack's files behind, whatever the outcome

@@ -90,6 +90,8 @@ ATTACK_KINDS: tuple[str, ...] = (
     "zip-traversal",  # zip entries that would land outside the folder: absolute, "..", symbolic link entries
     "zip-bomb",  # a zip that unpacks to far more than it weighs, or holds a huge number of entries
     "huge-file",  # a module over the size limit
+    # answers that would cost the trusted side far more than their size (autograder/wire.py)
+    "answer-bombs",  # DEFLATE records, stride-0 tensors, 20 MB messages, sparse tensors sent as answers
 )
 #: What an attack case may need from the sandbox before it can be run safely or meaningfully.
 NEEDS: tuple[str, ...] = ("isolation", "process-limit", "memory-limit")
