@@ -50,6 +50,7 @@ import io
 import json
 import os
 import resource
+import shutil
 import signal
 import struct
 import sys
@@ -63,6 +64,9 @@ _read = os.read
 _IN = _OUT = None
 _SUBMISSION = None
 LEVELS = ("namespaces", "landlock", "none")  # strongest first
+WRITABLE_BYTES = 64 << 20  # the submission's copy at the namespaces level (/tmp: 256 MiB), at least twice its size
+WRITABLE_FILES = 4096  # files and folders in each writable area at the namespaces level
+OPEN_FILES = 256  # open file descriptors of a student process (torch needs a few dozen)
 
 
 def _redirect(log):
@@ -212,7 +216,7 @@ def _confine_namespaces(config):
     root = os.path.realpath(config["root"])
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
     os.makedirs(root + "/tmp")  # first: Python's folders may live under /tmp; their binds go inside it
-    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=256m")
+    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size=256m,nr_inodes={WRITABLE_FILES}")
     folders, links = _needed_paths(config.get("forbidden", []))
     for path in folders:
         _bind(root, path)
@@ -220,13 +224,13 @@ def _confine_namespaces(config):
         os.makedirs(os.path.dirname(root + link), exist_ok=True)
         if not os.path.lexists(root + link):
             os.symlink(target, root + link)
-    os.makedirs(root + "/dev")
-    _mount("/dev", root + "/dev", None, MS_BIND | MS_REC)
-    for private in ("/dev/shm", "/dev/mqueue"):  # not the host's: no channel to other processes
-        if os.path.isdir(root + private):
-            _mount("tmpfs", root + private, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m")
-    os.makedirs(root + "/submission")
-    _mount(os.path.realpath(config["cwd"]), root + "/submission", None, MS_BIND | MS_REC)
+    _minimal_dev(root)
+    os.makedirs(root + "/submission")  # a copy in memory, of a bounded size: nothing written reaches the disk
+    work = os.path.realpath(config["cwd"])
+    size = sum(os.lstat(os.path.join(d, f)).st_size for d, _, files in os.walk(work) for f in files)
+    _mount("tmpfs", root + "/submission", "tmpfs", MS_NOSUID | MS_NODEV,
+           f"mode=0755,size={max(WRITABLE_BYTES, 2 * size)},nr_inodes={WRITABLE_FILES}")
+    shutil.copytree(work, root + "/submission", symlinks=True, dirs_exist_ok=True)
     os.makedirs(root + "/proc")
     try:  # a fresh /proc shows only this PID namespace; some containers forbid it: then no /proc at all
         _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -248,6 +252,32 @@ def _confine_namespaces(config):
         header = (ctypes.c_uint32 * 2)(0x20080522, 0)
         _call("capset", header, (ctypes.c_uint32 * 6)())
     os.environ["HOME"] = os.environ["TMPDIR"] = "/tmp"
+
+
+#: Device nodes the student process sees at the namespaces level: no terminals (pseudo-terminals are a host-wide
+#: resource), no disks; a GPU's nodes where there are some.
+DEVICES = ("null", "zero", "full", "random", "urandom")
+
+
+def _minimal_dev(root):
+    """A /dev of its own: a few harmless device nodes bound one by one, GPU nodes, private shm and mqueue."""
+    dev = root + "/dev"
+    os.makedirs(dev)
+    _mount("tmpfs", dev, "tmpfs", MS_NOSUID, "mode=0755,size=64k,nr_inodes=256")
+    for name in (*DEVICES, *(d for d in _listdir("/dev") if d.startswith("nvidia"))):
+        if os.path.exists("/dev/" + name) and not os.path.isdir("/dev/" + name):
+            open(f"{dev}/{name}", "w").close()  # the mount point
+            _mount("/dev/" + name, f"{dev}/{name}", None, MS_BIND)
+    if os.path.isdir("/dev/dri"):
+        os.makedirs(dev + "/dri")
+        _mount("/dev/dri", dev + "/dri", None, MS_BIND | MS_REC)
+    for private in ("shm", "mqueue"):  # not the host's: no channel to other processes
+        os.makedirs(f"{dev}/{private}")
+        _mount("tmpfs", f"{dev}/{private}", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m,nr_inodes=1024")
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{dev}/{name}")
+    _mount(None, dev, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID)
 
 
 def _sandbox_uid():
@@ -434,6 +464,7 @@ def _apply_limits(limits):
         resource.RLIMIT_NPROC: None if processes is None else _tasks_of(os.getuid()) + int(processes),
         resource.RLIMIT_FSIZE: limits.get("output_bytes"),
         resource.RLIMIT_CORE: 0,
+        resource.RLIMIT_NOFILE: min(OPEN_FILES, resource.getrlimit(resource.RLIMIT_NOFILE)[1]),
     }
     for which, value in pairs.items():
         if value is not None:
