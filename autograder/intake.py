@@ -26,14 +26,26 @@ on ("zz.py is a symbolic link: not graded"): the report carries it, and a
 module left out costs exactly its own checks. Only `.py` files and notebooks
 are taken: nothing else of a submission is ever graded.
 
-Stdlib only.
+One form of each module is graded. A submission that holds a module twice,
+as `attention.py` and as `01_attention.ipynb`, is graded on the form that
+holds the student's work (`one_form`): a form whose code is still the
+released template's (its `code_digest` is the one the release step stored in
+autograder/released.py) holds none; when both hold work, the `.py` file is
+graded. The form left out is named in the notes, with the reason.
+
+Stdlib only (a notebook's code is read with autograder.notebooks, imported
+only when a submission holds both forms of a module).
 """
 from __future__ import annotations
 
+import ast
 import errno
+import hashlib
+import io
 import os
 import re
 import stat
+import tokenize
 import zipfile
 from pathlib import Path
 
@@ -246,18 +258,22 @@ def find_module_dir(root_fd) -> tuple[str, ...]:
 
 def take_folder(path) -> tuple[dict[str, bytes], dict[str, str]]:
     """The .py files and notebooks of the folder submission `path`, from the folder that holds its modules
-    (`find_module_dir`): as `take_files`, with names relative to `path`."""
+    (`find_module_dir`): as `take_files`, with names relative to `path`, one form of each module
+    (`one_form`)."""
     root_fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
         parts = find_module_dir(root_fd)
         fd = open_path(root_fd, parts)
         try:
-            return take_files(fd, prefix="".join(f"{p}/" for p in parts))
+            prefix = "".join(f"{p}/" for p in parts)
+            files, notes = take_files(fd, prefix=prefix)
         finally:
             if fd != root_fd:
                 os.close(fd)
     finally:
         os.close(root_fd)
+    files, left_out = one_form(files, prefix)
+    return files, {**notes, **left_out}
 
 
 def take_files(folder_fd, prefix="") -> tuple[dict[str, bytes], dict[str, str]]:
@@ -284,6 +300,104 @@ def take_files(folder_fd, prefix="") -> tuple[dict[str, bytes], dict[str, str]]:
         files[entry.name] = data
         total += len(data)
     return files, notes
+
+
+# -- one form of each module --------------------------------------------------------------------
+def code_digest(source) -> str | None:
+    """A digest of a module's code that only the code changes: docstrings, comments, blank lines and
+    trailing spaces do not count (nor CRLF line ends). None when `source` is not valid Python.
+
+    Made of the source text itself (never of a syntax-tree dump, which differs between Python
+    versions), so that a digest stored at release time holds on any Python that grades.
+    """
+    if isinstance(source, bytes):
+        source = source.decode("utf-8", "replace")
+    source = source.replace("\r\n", "\n").replace("\r", "\n")
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    lines = source.split("\n")
+    for node in ast.walk(tree):  # docstrings: the first statement of a module, class or function, if a str
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
+            first = body[0]
+            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                    and isinstance(first.value.value, str)):
+                for row in range(first.lineno - 1, first.end_lineno):
+                    lines[row] = ""
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.COMMENT:  # always the end of its line
+                row, col = token.start
+                lines[row - 1] = lines[row - 1][:col]
+    except (tokenize.TokenError, SyntaxError):
+        pass  # parsed, but not tokenized: compare with the comments in
+    code = "\n".join(line.rstrip() for line in lines if line.strip())
+    return hashlib.sha256(code.encode("utf-8")).hexdigest()
+
+
+def _template_digests() -> dict:
+    """{module: {"py": digest, "ipynb": digest}} of the released template (autograder/released.py)."""
+    try:
+        from autograder.released import TEMPLATE_DIGESTS
+    except ImportError:  # a kit never released: no form counts as the template
+        return {}
+    return TEMPLATE_DIGESTS
+
+
+def form_digest(name, data: bytes) -> str | None:
+    """The code digest of one form of a module: a .py file's code, or the code a notebook is graded on
+    (autograder.notebooks: its imports, functions, classes and constants). None when it cannot be read."""
+    if str(name).lower().endswith(".ipynb"):
+        from autograder.notebooks import notebook_source  # nbformat, on the trusted side only
+
+        try:
+            return code_digest(notebook_source(data, Path(str(name)).name))
+        except ValueError:
+            return None
+    return code_digest(data)
+
+
+def is_template(module, name, data: bytes) -> bool:
+    """True when the file `name` (`attention.py`, `01_attention.ipynb`) holds no student work: its code is
+    the released template's."""
+    kind = "ipynb" if str(name).lower().endswith(".ipynb") else "py"
+    stored = _template_digests().get(module, {}).get(kind)
+    return stored is not None and form_digest(name, data) == stored
+
+
+def one_form(files: dict, prefix="") -> tuple[dict, dict]:
+    """Keep one form of each module that `files` ({name: bytes}) holds both as a .py file and as a notebook.
+
+    The form with the student's work in it is kept: a form identical to the released template's
+    (`is_template`) holds none; when both hold work, the .py file is kept. Returns (files kept, {shown
+    name: why it is not graded}) with one note for each form left out, naming the form graded.
+    """
+    kept, notes = dict(files), {}
+    for module in MODULES:
+        py = f"{module}.py"
+        books = sorted(n for n in files if n.lower().endswith(".ipynb") and module_of(n) == module)
+        if py not in files or not books:
+            continue
+        book = books[0]  # the notebook the engine would convert
+        py_blank, book_blank = is_template(module, py, files[py]), is_template(module, book, files[book])
+        if py_blank and not book_blank:
+            del kept[py]
+            notes[shown(prefix + py)] = (
+                f"{shown(prefix + py)}: not graded: {shown(prefix + book)} was graded instead ({py} is the "
+                f"untouched template and the notebook holds your work)")
+            continue
+        if not py_blank and book_blank:
+            why = f"the notebook is the untouched template and {py} holds your work"
+        elif py_blank:
+            why = "both are the untouched template"
+        else:
+            why = "both hold work, and then the .py file is graded: hand in one form of each module, not both"
+        del kept[book]
+        notes[shown(prefix + book)] = (f"{shown(prefix + book)}: not graded: {shown(prefix + py)} was graded "
+                                       f"instead ({why})")
+    return kept, notes
 
 
 # -- zips --------------------------------------------------------------------------------------

@@ -8,6 +8,11 @@ that raises) is left out, so it can neither break grading nor slow it down. A ce
 out too, unless it is the notebook's module cell (the nbgrader solution cell
 `<module>-code`): then its syntax error is kept and reported at import.
 
+Line numbers are kept: each cell that contributes code becomes a line
+`# --- cell N` followed by the cell's own lines, those left out blanked, so
+that line k of cell N sits k lines below its marker (`cell_of` maps a line
+of the module back to the notebook's cell and line).
+
 Reads notebooks with nbformat; stdlib otherwise, no torch. A notebook file is
 read through autograder.intake (a regular file of the submission, never
 through a link, and no larger than its limit).
@@ -15,6 +20,7 @@ through a link, and no larger than its limit).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import nbformat
@@ -65,7 +71,11 @@ def _is_module_cell(cell, module) -> bool:
 
 
 def notebook_to_source(nb, module: str, name: str = "notebook") -> str:
-    """The Python source of `module` taken from the notebook `nb` (an nbformat node)."""
+    """The Python source of `module` taken from the notebook `nb` (an nbformat node).
+
+    Each cell that contributes becomes `# --- cell N` (N counts every cell, markdown included, from 1)
+    and then the cell's lines, with those left out blank: line k of the cell is k lines below the marker.
+    """
     parts = [f'"""{module}.py, taken from {name}: its imports, functions, classes and constants."""']
     for index, cell in enumerate(nb.cells, 1):
         if cell.cell_type != "code":
@@ -78,14 +88,46 @@ def notebook_to_source(nb, module: str, name: str = "notebook") -> str:
                 parts.append(f"# --- cell {index} (does not parse)\n{source}")
             continue
         lines = source.splitlines()
-        kept = []
+        kept = [""] * len(lines)
         for node in tree.body:
             if (isinstance(node, _KEEP) and not _is_display_import(node)) or _is_constant(node):
                 start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-                kept.append("\n".join(lines[start - 1:node.end_lineno]))
+                kept[start - 1:node.end_lineno] = lines[start - 1:node.end_lineno]
+        while kept and not kept[-1].strip():
+            kept.pop()
         if kept:
-            parts.append(f"# --- cell {index}\n" + "\n\n".join(kept))
+            parts.append(f"# --- cell {index}\n" + "\n".join(kept))
     return "\n\n".join(parts) + "\n"
+
+
+_MARKER = re.compile(r"# --- cell (\d+)\b")
+
+
+def cell_of(source: str, lineno: int) -> tuple[int, int] | None:
+    """(cell, line in that cell) of line `lineno` of a module made by `notebook_to_source`; None for a line
+    outside the cells (the module's docstring)."""
+    lines = source.splitlines()
+    for row in range(min(lineno, len(lines)) - 1, -1, -1):
+        match = _MARKER.match(lines[row])
+        if match:
+            return (int(match[1]), lineno - row - 1) if lineno - row - 1 > 0 else None
+    return None
+
+
+def missing_message(module: str) -> str:
+    """Why a module of a notebook submission has no code, in words a student can act on: the notebook to
+    hand in, and the cell its code goes in (from the released template, autograder/released.py)."""
+    try:
+        from autograder.released import MODULE_CELLS, NAMES
+    except ImportError:  # a kit never released
+        MODULE_CELLS, NAMES = {}, {}
+    notebook = f"{MODULES.index(module) + 1:02d}_{module}.ipynb"  # as released: 01_attention.ipynb, ...
+    names = NAMES.get(module) or []
+    what = " and ".join(", ".join(names).rsplit(", ", 1)) if names else "its code"
+    cell = f"cell {MODULE_CELLS[module]}, " if module in MODULE_CELLS else ""
+    return (f"{notebook} is missing from the submission (and {module}.py too): {what} go"
+            f"{'es' if len(names) == 1 else ''} in its code cell marked # YOUR CODE HERE ({cell}under "
+            f"\"Your task\"); hand in the notebook under its own name, {notebook}")
 
 
 def notebook_file_to_source(path: Path) -> str:

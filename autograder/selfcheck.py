@@ -5,21 +5,28 @@
 
 It checks the tutorials' worked examples, the shapes, and the causal mask,
 prints what passed and what to look at, and exits 1 when a check fails.
+A failure names the line of your code to look at: the line that raised, or,
+when your code ran but gave a wrong result, the function or class checked.
 These are the public checks only: the course's hidden graders check much
 more (random inputs, masking, dtypes, devices, speed), so passing here is a
 good start, not a grade.
 """
+import inspect
 import math
 import os
+import re
 import sys
 import traceback
+
+POINTS = {"attention": 23, "heads": 15, "masks": 8, "mha": 40, "positional": 14}  # written by the kit's release step
 
 CHECKS = []
 
 
-def check(module, title):
+def check(module, title, subject):
+    """Register a check of `subject`: the names of `module` it calls, space-separated."""
     def register(fn):
-        CHECKS.append((module, title, fn))
+        CHECKS.append((module, title, subject, fn))
         return fn
     return register
 
@@ -32,9 +39,15 @@ def near(got, expected, tol=1e-4):
         raise AssertionError(f"expected a tensor, got {type(got).__name__}")
     if tuple(got.shape) != tuple(expected.shape):
         raise AssertionError(f"expected shape {tuple(expected.shape)}, got {tuple(got.shape)}")
-    if not torch.allclose(got.detach().double().cpu(), expected, atol=tol, rtol=0):
-        want = [round(v, 4) for v in expected.flatten().tolist()]
-        raise AssertionError(f"expected {want}, got {[round(v, 4) for v in got.detach().flatten().tolist()]}")
+    got = got.detach().double().cpu()
+    if not torch.allclose(got, expected, atol=tol, rtol=0):
+        if expected.numel() <= 8:
+            want = [round(v, 4) for v in expected.flatten().tolist()]
+            raise AssertionError(f"expected {want}, got {[round(v, 4) for v in got.flatten().tolist()]}")
+        wrong = ~torch.isclose(got, expected, atol=tol, rtol=0)
+        first = [int(i) for i in wrong.nonzero()[0]]
+        raise AssertionError(f"expected {expected[tuple(first)].item():.4f} at index {first}, got "
+                             f"{got[tuple(first)].item():.4f} ({int(wrong.sum())} of {wrong.numel()} entries differ)")
 
 
 def shape(got, expected):
@@ -46,7 +59,7 @@ SEED_004 = [[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],
             [0.22, 0.58, 0.33], [0.77, 0.25, 0.10], [0.05, 0.80, 0.55]]
 
 
-@check("attention", "tutorial 001: b1 = (0.33, 0.67), b2 = (0.50, 0.50)")
+@check("attention", "tutorial 001: b1 = (0.33, 0.67), b2 = (0.50, 0.50)", "scaled_dot_product_attention")
 def _():
     import torch
     from attention import scaled_dot_product_attention
@@ -57,7 +70,7 @@ def _():
     near(out, [[1 - b1, b1], [0.5, 0.5]])
 
 
-@check("attention", "shapes: output (..., L, d_v), weights (..., L, S); rows sum to 1")
+@check("attention", "shapes: output (..., L, d_v), weights (..., L, S); rows sum to 1", "scaled_dot_product_attention")
 def _():
     import torch
     from attention import scaled_dot_product_attention
@@ -69,7 +82,7 @@ def _():
     near(weights.sum(-1), [[[1.0] * 5] * 3] * 2, tol=1e-5)
 
 
-@check("heads", "tutorial 001: q1 = (1, 1, 0, 1) splits into (1, 1) and (0, 1)")
+@check("heads", "tutorial 001: q1 = (1, 1, 0, 1) splits into (1, 1) and (0, 1)", "split_heads")
 def _():
     import torch
     from heads import split_heads
@@ -77,7 +90,8 @@ def _():
     near(split_heads(torch.tensor([[[1.0, 1.0, 0.0, 1.0]]]), 2), [[[[1.0, 1.0]], [[0.0, 1.0]]]])
 
 
-@check("heads", "shapes: split (B, T, d) -> (B, H, T, d/H); merge undoes split")
+@check("heads", "shapes: split (B, T, d_model) -> (B, H, T, head_dim); merge undoes split",
+       "split_heads merge_heads")
 def _():
     import torch
     from heads import merge_heads, split_heads
@@ -88,7 +102,7 @@ def _():
     near(merge_heads(heads), x.tolist(), tol=1e-6)
 
 
-@check("masks", "causal_mask(4): bool, lower triangle with the diagonal (True = may attend)")
+@check("masks", "causal_mask(4): bool, lower triangle with the diagonal (True = may attend)", "causal_mask")
 def _():
     import torch
     from masks import causal_mask
@@ -101,7 +115,8 @@ def _():
         raise AssertionError(f"expected {expected}, got {mask.tolist()}")
 
 
-@check("mha", "tutorial 004: fused MultiHeadAttention(3, 4, 6, 0.0, 2) after torch.manual_seed(123)")
+@check("mha", "tutorial 004: fused MultiHeadAttention(3, 4, 6, 0.0, 2) after torch.manual_seed(123)",
+       "MultiHeadAttention")
 def _():
     import torch
     from mha import MultiHeadAttention
@@ -114,7 +129,8 @@ def _():
     near(out[0, [0, -1]], [[0.1184, 0.3120, -0.0847, -0.5774], [-0.0132, 0.2990, -0.0689, -0.3490]])
 
 
-@check("mha", "tutorial 004: stacked heads with W = torch.rand(3, 2) after torch.manual_seed(123), all six rows")
+@check("mha", "tutorial 004: stacked heads with W = torch.rand(3, 2) after torch.manual_seed(123), all six rows",
+       "StackedMultiHeadAttention CausalAttention")
 def _():
     import torch
     from mha import StackedMultiHeadAttention
@@ -132,7 +148,8 @@ def _():
                   [0.2865, 0.7897, 1.4100, 1.0398], [0.2990, 0.8040, 1.4025, 1.0361]])  # itself: no scaling shows
 
 
-@check("positional", "sinusoidal_encoding(4, 8): position 0 = (0, 1, 0, 1, ...), PE[1, :2] = (sin 1, cos 1)")
+@check("positional", "sinusoidal_encoding(4, 8): position 0 = (0, 1, 0, 1, ...), PE[1, :2] = (sin 1, cos 1)",
+       "sinusoidal_encoding")
 def _():
     from positional import sinusoidal_encoding
 
@@ -140,6 +157,49 @@ def _():
     shape(pe, (4, 8))
     near(pe[0], [0.0, 1.0] * 4, tol=1e-5)
     near(pe[1, :2], [math.sin(1.0), math.cos(1.0)])
+
+
+_NOTEBOOK_MODULE = re.compile(r'"""\w+\.py, taken from (.+?): ')
+_CELL = re.compile(r"# --- cell (\d+)\b")
+
+
+def _place(filename, lineno):
+    """"attention.py, line 12"; for a module the grader made of a notebook, "01_attention.ipynb, cell 7,
+    line 3" (its lines sit under a `# --- cell N` line, in the cell's own order)."""
+    name = os.path.basename(filename)
+    try:
+        with open(filename, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return f"{name}, line {lineno}"
+    notebook = _NOTEBOOK_MODULE.match(lines[0]) if lines else None
+    if notebook:
+        for row in range(min(lineno, len(lines)) - 1, -1, -1):
+            cell = _CELL.match(lines[row])
+            if cell and lineno - row - 1 > 0:
+                return f"{notebook[1]}, cell {cell[1]}, line {lineno - row - 1}"
+    return f"{name}, line {lineno}"
+
+
+def _where(exc, folder, module, subject):
+    """Where in the student's code to look: the deepest line of their code that the error passed through;
+    else (their code ran, but the result is wrong) the function or class checked."""
+    own = os.path.abspath(__file__)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if os.path.abspath(f.filename).startswith(folder + os.sep) and os.path.abspath(f.filename) != own]
+    if frames:
+        line = f": {frames[-1].line.strip()}" if frames[-1].line else ""
+        return f"at {_place(frames[-1].filename, frames[-1].lineno)}{line}"
+    found, places = sys.modules.get(module), []
+    for name in subject.split():
+        try:
+            target = getattr(found, name)
+            filename, lineno = inspect.getsourcefile(target), inspect.getsourcelines(target)[1]
+        except (AttributeError, TypeError, OSError):
+            continue
+        if os.path.abspath(filename).startswith(folder + os.sep):
+            places.append(f"{name} at {_place(filename, lineno)}")
+    return "see " + " and ".join(places) if places else ""
 
 
 def main(argv):
@@ -151,18 +211,20 @@ def main(argv):
         print("PyTorch is not installed: pip install torch")
         return 2
     failed = 0
-    for module, title, fn in CHECKS:
+    for module, title, subject, fn in CHECKS:
         try:
             fn()
             print(f"  ok    {module:<10} {title}")
         except Exception as exc:  # a self-check reports every failure and goes on
             failed += 1
-            frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(folder)]
-            where = f" ({os.path.basename(frames[-1].filename)}, line {frames[-1].lineno})" if frames else ""
+            where = _where(exc, folder, module, subject)
             reason = "not implemented yet" if isinstance(exc, NotImplementedError) else f"{type(exc).__name__}: {exc}"
-            print(f"  FAIL  {module:<10} {title}\n        {reason}{where}")
+            print(f"  FAIL  {module:<10} {title}\n        {reason}" + (f"\n        ({where})" if where else ""))
     print(f"\n{len(CHECKS) - failed} of {len(CHECKS)} public checks passed."
           + ("" if failed else " The hidden graders check much more: random inputs, masking, dtypes, devices, speed."))
+    if POINTS:
+        print("Hidden graders: " + ", ".join(f"{m} {p:g}" for m, p in POINTS.items())
+              + f" points, {sum(POINTS.values()):g} in all.")
     return 1 if failed else 0
 
 

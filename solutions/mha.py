@@ -10,9 +10,16 @@ Tutorial 004 builds multi-head attention twice:
    (B, H, T, head_dim) and one batched product `q @ k.transpose(2, 3)`
    scores all heads together. An output projection Wo mixes the heads.
 
-Both are causal: query position i attends to key positions j <= i only.
-Keep the causal mask as a buffer (`self.register_buffer("mask", ...)`) so
-that it follows the module to any device; build nothing on a fixed device.
+`d_out` follows tutorial 004 and so means two things under the same
+signature: in CausalAttention and StackedMultiHeadAttention it is the width
+of ONE head (the stacked output has H * d_out features); in
+MultiHeadAttention it is the TOTAL width, split over the heads
+(head_dim = d_out // H).
+
+All three are causal: query position i attends to key positions j <= i only.
+Keep the causal mask as a bool buffer, True = may attend
+(`self.register_buffer("mask", ...)`), so that it follows the module to any
+device; build nothing on a fixed device.
 """
 import math
 
@@ -25,13 +32,15 @@ class CausalAttention(nn.Module):
 
     Args:
         d_in: input features.
-        d_out: output features of the head.
-        context_length: longest sequence; the causal mask covers it.
+        d_out: output features of the head: its width (its head_dim, and the
+            d_k of its attention).
+        context_length: longest sequence T; the causal mask covers it.
         dropout: dropout probability applied to the attention weights.
         qkv_bias: whether Wq, Wk, Wv have a bias.
 
     Attributes (created in this order): Wq, Wk, Wv, each nn.Linear(d_in,
-    d_out, bias=qkv_bias); a dropout module; a causal mask buffer.
+    d_out, bias=qkv_bias); a dropout module; a causal mask buffer
+    (context_length, context_length), bool, True = may attend (j <= i).
 
     forward(x): x (B, T, d_in), T <= context_length -> (B, T, d_out):
         q, k, v = Wq(x), Wk(x), Wv(x)                   # (B, T, d_out)
@@ -65,15 +74,17 @@ class StackedMultiHeadAttention(nn.Module):
     """Multi-head attention as a stack of single heads (tutorial 004's MultiHeadAttentionStack).
 
     Args:
-        d_in, d_out, context_length, dropout, qkv_bias: as for CausalAttention,
-            per head.
+        d_in, context_length, dropout, qkv_bias: as for CausalAttention.
+        d_out: output features of EACH head (its head_dim), as for
+            CausalAttention: the output has H * d_out features.
         num_heads: number of heads H.
 
     Attributes: `heads`, an nn.ModuleList of H independent
-    CausalAttention(d_in, d_out, context_length, dropout, qkv_bias).
+    CausalAttention(d_in, d_out, context_length, dropout, qkv_bias), each
+    with its own causal mask (True = may attend).
 
-    forward(x): x (B, T, d_in) -> every head on x, concatenated on the last
-    dim: (B, T, H * d_out). No output projection.
+    forward(x): x (B, T, d_in) -> every head on x, (B, T, d_out) each,
+    concatenated on the last dim: (B, T, H * d_out). No output projection.
     """
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
@@ -95,8 +106,10 @@ class MultiHeadAttention(nn.Module):
 
     Args:
         d_in: input features.
-        d_out: output features, split over the heads.
-        context_length: longest sequence.
+        d_out: output features IN ALL, split over the heads: each head has
+            head_dim = d_out // H (unlike StackedMultiHeadAttention, where
+            d_out is per head).
+        context_length: longest sequence T; the causal mask covers it.
         dropout: dropout probability on the attention weights.
         num_heads: number of heads H; head_dim = d_out // H.
         qkv_bias: whether Wq, Wk, Wv have a bias.
@@ -106,14 +119,15 @@ class MultiHeadAttention(nn.Module):
 
     Attributes (created in this order): Wq, Wk, Wv = nn.Linear(d_in, d_out,
     bias=qkv_bias); Wo = nn.Linear(d_out, d_out) (with bias); a dropout
-    module; a causal mask buffer.
+    module; a causal mask buffer (context_length, context_length), bool,
+    True = may attend (j <= i).
 
     forward(x): x (B, T, d_in) -> (B, T, d_out). Compute all heads together
     with batched matrix products, never with a Python loop over the heads:
         q = Wq(x).view(B, T, H, head_dim).transpose(1, 2)  # (B, H, T, head_dim)
         scores = q @ k.transpose(2, 3) / sqrt(head_dim)    # (B, H, T, T)
         context = dropout(softmax(causal(scores))) @ v     # (B, H, T, head_dim)
-        merge the heads back to (B, T, d_out), then apply Wo.
+        merge the heads back to (B, T, d_out), then apply Wo: (B, T, d_out).
     """
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
@@ -136,10 +150,10 @@ class MultiHeadAttention(nn.Module):
     def forward(self, x):
         ### BEGIN SOLUTION
         B, T, _ = x.shape
-        H, hd = self.num_heads, self.head_dim
-        q = self.Wq(x).view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
-        k = self.Wk(x).view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
-        v = self.Wv(x).view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
+        H, hd = self.num_heads, self.head_dim  # hd: head_dim
+        q = self.Wq(x).view(B, T, H, hd).transpose(1, 2)  # (B, H, T, head_dim)
+        k = self.Wk(x).view(B, T, H, hd).transpose(1, 2)  # (B, H, T, head_dim)
+        v = self.Wv(x).view(B, T, H, hd).transpose(1, 2)  # (B, H, T, head_dim)
         scores = q @ k.transpose(2, 3) / math.sqrt(hd)  # (B, H, T, T)
         scores = scores.masked_fill(~self.mask[:T, :T], float("-inf"))
         weights = self.dropout(torch.softmax(scores, dim=-1))  # (B, H, T, T)

@@ -23,6 +23,7 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None):
         key:   (..., S, d_k) tensor, one row per key position.
         value: (..., S, d_v) tensor, one row per key position.
             Any number of leading (batch, head) dims; L and S may differ.
+            Called per head of multi-head attention, d_k = d_v = head_dim.
         mask: optional bool tensor broadcastable to (..., L, S).
             True means "may attend"; positions where it is False get zero
             weight (fill their scores with -inf, or -1e9, before the softmax).

@@ -1,10 +1,12 @@
 """Splitting d_model into heads and merging them back.
 
-Tutorial 001 splits q1 = (1, 1, 0, 1) into (1, 1) for head 1 and (0, 1) for
-head 2: head h takes features h*d_k : (h+1)*d_k. Tutorials 000 and 004 do it
-for a whole batch with `view` then `transpose`:
+Each of the H heads gets head_dim = d_model // H features of every token
+(tutorial 004's head_dim; tutorial 000 calls it d_k). Tutorial 001 splits
+q1 = (1, 1, 0, 1) into (1, 1) for head 1 and (0, 1) for head 2: head h takes
+features h*head_dim : (h+1)*head_dim. Tutorials 000 and 004 do it for a
+whole batch with `view` then `transpose`:
 
-    (B, T, d_model) -view-> (B, T, H, d_k) -transpose(1, 2)-> (B, H, T, d_k)
+    (B, T, d_model) -view-> (B, T, H, head_dim) -transpose(1, 2)-> (B, H, T, head_dim)
 
 and undo it with `transpose(1, 2)`, `contiguous()` and `view`. A transposed
 tensor is not contiguous in memory, which is why `view` needs `contiguous()`
@@ -22,8 +24,8 @@ def split_heads(x, num_heads):
         num_heads: number of heads H; must divide d_model.
 
     Returns:
-        (B, H, T, d_k) tensor with d_k = d_model // H, where head h holds the
-        features h*d_k : (h+1)*d_k of every token.
+        (B, H, T, head_dim) tensor with head_dim = d_model // H, where head h
+        holds the features h*head_dim : (h+1)*head_dim of every token.
 
     Raises:
         ValueError: when num_heads does not divide d_model.
@@ -36,10 +38,11 @@ def merge_heads(x):
     """Merge the heads back: the exact inverse of split_heads.
 
     Args:
-        x: (B, H, T, d_k) tensor.
+        x: (B, H, T, head_dim) tensor.
 
     Returns:
-        (B, T, H*d_k) tensor, so that merge_heads(split_heads(x, H)) equals x.
+        (B, T, H * head_dim) tensor (H * head_dim = d_model), so that
+        merge_heads(split_heads(x, H)) equals x.
     """
     # YOUR CODE HERE
     raise NotImplementedError()

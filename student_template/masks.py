@@ -24,8 +24,9 @@ def causal_mask(seq_len, device=None):
         device: where to create the mask (None: torch's default device).
 
     Returns:
-        bool tensor (T, T) on `device`, True where key position j <= query
-        position i (lower triangle, diagonal included).
+        bool tensor (T, T) on `device`, True ("may attend") where key
+        position j <= query position i (lower triangle, diagonal included),
+        False (blocked) where j > i.
     """
     # YOUR CODE HERE
     raise NotImplementedError()

@@ -373,3 +373,99 @@ def test_the_corpus_has_a_case_per_intake_attack():
                 "zip-many-entries", "module-over-size-limit"}
     assert expected <= set(cases), f"missing intake cases: {sorted(expected - set(cases))}"
     assert cases["zip-bomb"].refused and cases["zip-many-entries"].refused
+
+
+# -- one form of each module: the one with the student's work --------------------------------------------
+def _template_copy(folder: Path, py_from: Path | None = None, notebooks_from: Path | None = None) -> Path:
+    """A copy of student_template/ (a student's working folder), its .py modules and notebooks replaced by
+    those of `py_from` and `notebooks_from` where given."""
+    from autograder.release import NOTEBOOKS, TEMPLATE_DIR
+
+    shutil.copytree(TEMPLATE_DIR, folder)
+    for module, name in NOTEBOOKS.items():
+        if py_from:
+            shutil.copyfile(py_from / f"{module}.py", folder / f"{module}.py")
+        if notebooks_from:
+            shutil.copyfile(notebooks_from / name, folder / name)
+    return folder
+
+
+def test_solved_notebooks_beside_untouched_stubs_are_graded_and_the_report_says_so(tmp_path):
+    """The notebook trap: a copy of the template with the notebooks solved and the .py stubs left alone."""
+    from autograder.release import ASSIGNMENT_DIR, NOTEBOOKS
+
+    folder = _template_copy(tmp_path / "student", notebooks_from=ASSIGNMENT_DIR)
+    report = grade(folder)
+    assert report.score == 100, [f"{t.id}: {t.message}" for t in report.failed()]
+    for module, name in NOTEBOOKS.items():
+        assert (f"{module}.py: not graded: {name} was graded instead ({module}.py is the untouched template and "
+                f"the notebook holds your work)") in report.notes, report.notes
+    assert len(report.notes) == len(NOTEBOOKS), report.notes
+    assert "Files not graded (5):" in report.to_text()
+
+
+def test_solved_stubs_beside_untouched_notebooks_grade_the_py_files(tmp_path):
+    from autograder.release import NOTEBOOKS
+
+    files, notes, missing = _taken(_template_copy(tmp_path / "student", py_from=SOLUTIONS))
+    assert not missing
+    with taken(tmp_path / "student") as got:
+        for module in MODULES:
+            assert (got.folder / f"{module}.py").read_bytes() == (SOLUTIONS / f"{module}.py").read_bytes(), module
+    assert notes == {name: f"{name}: not graded: {module}.py was graded instead (the notebook is the untouched "
+                           f"template and {module}.py holds your work)" for module, name in NOTEBOOKS.items()}
+
+
+def test_when_both_forms_hold_work_the_py_file_is_graded(tmp_path):
+    from autograder.release import ASSIGNMENT_DIR
+
+    folder = _template_copy(tmp_path / "student", py_from=SOLUTIONS, notebooks_from=ASSIGNMENT_DIR)
+    with taken(folder) as got:
+        assert (got.folder / "mha.py").read_bytes() == (SOLUTIONS / "mha.py").read_bytes()
+        assert got.notes["04_mha.ipynb"] == ("04_mha.ipynb: not graded: mha.py was graded instead (both hold work, "
+                                             "and then the .py file is graded: hand in one form of each module, "
+                                             "not both)")
+
+
+def test_the_untouched_template_grades_its_py_files_and_says_both_are_the_template(tmp_path):
+    files, notes, missing = _taken(_template_copy(tmp_path / "student"))
+    assert notes["01_attention.ipynb"].endswith("attention.py was graded instead (both are the untouched template)")
+    assert len(notes) == 5 and not missing
+
+
+def test_a_zip_of_the_notebook_trap_grades_the_notebooks(tmp_path):
+    from autograder.release import ASSIGNMENT_DIR
+
+    folder = _template_copy(tmp_path / "student", notebooks_from=ASSIGNMENT_DIR)
+    archive = tmp_path / "student.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for path in sorted(folder.iterdir()):
+            zf.write(path, f"student/{path.name}")
+    with taken(archive) as got:
+        assert (got.folder / "heads.py").read_text().startswith('"""heads.py, taken from 02_heads.ipynb')
+        assert "student/heads.py" in got.notes and got.notes["student/heads.py"].startswith(
+            "student/heads.py: not graded: student/02_heads.ipynb was graded instead"), got.notes
+
+
+def test_a_form_counts_as_untouched_whatever_its_layout_outputs_and_comments(tmp_path):
+    """Running the template notebook (outputs, execution counts), editing its text cells, saving a stub
+    with CRLF line ends or a new comment: still no work; a changed line of code is work."""
+    from autograder.release import NOTEBOOKS, TEMPLATE_DIR
+
+    nb = nbformat.read(TEMPLATE_DIR / NOTEBOOKS["masks"], as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.execution_count = 3
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="ran\n")]
+        else:
+            cell.source += "\n\nMy notes."
+    ran = nbformat.writes(nb).encode()
+    assert intake.is_template("masks", "03_masks.ipynb", ran)
+    stub = (TEMPLATE_DIR / "masks.py").read_text()
+    assert intake.is_template("masks", "masks.py", (stub.replace("\n", "\r\n") + "# started\n").encode())
+    started = stub.replace("raise NotImplementedError()", "return None")
+    assert not intake.is_template("masks", "masks.py", started.encode())
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "masks-code":
+            cell.source = cell.source.replace("raise NotImplementedError()", "return None")
+    assert not intake.is_template("masks", "03_masks.ipynb", nbformat.writes(nb).encode())

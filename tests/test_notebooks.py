@@ -57,7 +57,7 @@ def test_untouched_template_notebooks_score_0(tmp_path):
     for name in NOTEBOOKS.values():
         shutil.copy(TEMPLATE / name, tmp_path / name)
     report = grade(tmp_path)
-    assert report.status == "graded"
+    assert report.status == "empty" and report.score == 0, (report.status, report.error)  # no student work found
     assert not [t for t in report.tests if t.status == "passed"]
     assert not [t for t in report.tests if t.grader_error]
 
@@ -119,3 +119,118 @@ def test_source_notebooks_run_top_to_bottom(tmp_path):
         NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
         errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
         assert not errors, f"{name}: {errors[0]['ename']}: {errors[0]['evalue']}"
+
+
+def test_the_module_keeps_each_cells_line_numbers():
+    """Line k of a notebook cell is line k below its `# --- cell N` marker, so messages can name the cell."""
+    from autograder.notebooks import cell_of
+
+    nb = new_notebook(cells=[
+        new_markdown_cell("# Title"),
+        new_code_cell("import math\nprint('dropped')\nx = compute()\n\ndef f(a):\n    return a / 0\n"),
+        new_code_cell("plt.plot([1])\nclass C:\n    pass"),
+    ])
+    source = notebook_to_source(nb, "attention", "01_attention.ipynb")
+    lines = source.splitlines()
+    row = next(i for i, line in enumerate(lines, 1) if "return a / 0" in line)
+    assert cell_of(source, row) == (2, 6)
+    row = next(i for i, line in enumerate(lines, 1) if line == "class C:")
+    assert cell_of(source, row) == (3, 2)
+    assert cell_of(source, 1) is None  # the module's docstring
+    namespace = {}
+    exec(compile(source, "attention.py", "exec"), namespace)
+    with pytest.raises(ZeroDivisionError) as info:
+        namespace["f"](1)
+    assert cell_of(source, info.traceback[-1].lineno + 1) == (2, 6)
+
+
+def test_a_missing_notebook_is_named_with_the_cell_its_code_goes_in():
+    from autograder.notebooks import missing_message
+    from autograder.released import MODULE_CELLS
+
+    text = missing_message("heads")
+    assert text.startswith("02_heads.ipynb is missing from the submission"), text
+    assert "split_heads and merge_heads go in its code cell marked # YOUR CODE HERE" in text, text
+    assert f"cell {MODULE_CELLS['heads']}, " in text and "heads.py" in text
+    assert "causal_mask goes in" in missing_message("masks")
+
+
+def _cell_code(module, grade_id=None, contains=None):
+    nb = nbformat.read(ASSIGNMENT_DIR / NOTEBOOKS[module], as_version=4)
+    cells = [c for c in nb.cells if c.cell_type == "code"
+             and (grade_id is None or c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+             and (contains is None or contains in c.source)]
+    assert len(cells) == 1
+    return cells[0].source
+
+
+@pytest.mark.parametrize("divide, hint", [("d_k", True), ("1", True), ("math.sqrt(d_k)", False)])
+def test_notebook_01_hints_at_the_scaling_on_the_assert_a_scaling_bug_fails(divide, hint):
+    import math
+
+    import torch
+
+    def attention(q, k, v, mask=None, dropout=None):
+        d_k = q.size(-1)
+        weights = torch.softmax(q @ k.transpose(-2, -1) / eval(divide, {"math": math, "d_k": d_k}), dim=-1)
+        return weights @ v, weights
+
+    code = _cell_code("attention", "check-seed-001")
+    namespace = {"scaled_dot_product_attention": attention}
+    if not hint:
+        exec(code, namespace)
+        return
+    with pytest.raises(AssertionError) as info:
+        exec(code, namespace)
+    assert "sqrt(d_k)" in str(info.value), f"the failing assert gives no scaling hint: {info.value}"
+
+
+def test_notebook_04_plots_the_weights_the_students_forward_computed():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import torch
+    from torch import nn
+
+    marked = torch.full((2, 2, 6, 6), 0.25)
+
+    class StudentMHA(nn.Module):  # its forward hands recognisable weights to its dropout module
+        def __init__(self, *args):
+            super().__init__()
+            self.drop = nn.Dropout(0.0)
+
+        def forward(self, x):
+            weights = self.drop(marked.clone())
+            return x + weights.sum() * 0
+
+    class NoDropout(nn.Module):
+        def __init__(self, *args):
+            super().__init__()
+
+        def forward(self, x):
+            return x
+
+    code = _cell_code("mha", contains="register_forward_pre_hook")
+    assert ".Wq(" not in code and ".Wk(" not in code, "the plot must not recompute the weights"
+    batch = torch.rand(2, 6, 3)
+    namespace = {"MultiHeadAttention": StudentMHA, "batch": batch}
+    exec(code, namespace)
+    assert torch.equal(namespace["weights"], marked)
+    namespace = {"MultiHeadAttention": NoDropout, "batch": batch}
+    exec(code, namespace)
+    assert namespace["weights"] is None
+
+
+def test_one_notation_for_the_width_of_a_head():
+    """head_dim everywhere a student reads (tutorial 004's name): no d_h, no hd, no d_k for the split."""
+    import re
+
+    for path in sorted(TEMPLATE.iterdir()):
+        if path.suffix in (".py", ".ipynb", ".md"):
+            text = path.read_text()
+            assert not re.search(r"\bd_h\b|\bhd\b|d_\{h\}", text), path.name
+    heads = (TEMPLATE / "heads.py").read_text()
+    assert "d_k" not in heads.replace("tutorial 000 calls it d_k", ""), "heads.py: the split's width is head_dim"
+    assert "(B, H, T, head_dim)" in heads
+    readme = (TEMPLATE / "README.md").read_text()
+    assert "| `head_dim` |" in readme and "`d_out`" in readme and "True means \"may attend\"" in readme

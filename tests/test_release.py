@@ -1,5 +1,6 @@
 """Tests for autograder.release, the generator of the student template."""
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -209,3 +210,117 @@ def test_stubs_import_expose_the_contract_and_raise_not_implemented(template_cop
     result = _run(code, template_copy)
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.split("\n")[:-1]) == sorted(f"stubbed {c}" for c in checks)
+
+
+# -- points: one source, the graders' markers --------------------------------------------------------
+def _task_cells(folder):
+    """module -> (nbgrader points, heading) of the task cell of each notebook in `folder`."""
+    import nbformat
+
+    out = {}
+    for module, name in release.NOTEBOOKS.items():
+        cell = release.task_cell(nbformat.read(folder / name, as_version=4), module)
+        out[module] = (cell.metadata["nbgrader"]["points"], cell.source.splitlines()[0])
+    return out
+
+
+def test_points_add_up_to_100_and_every_place_that_shows_them_reads_the_markers():
+    points = release.grader_points()
+    assert sum(p.points for p in points.values()) == 100, points
+    expected = {m: (p.points, f"## Hidden graders ({p.points:g} points)") for m, p in points.items()}
+    assert _task_cells(release.ASSIGNMENT_DIR) == expected
+    assert _task_cells(release.TEMPLATE_DIR) == expected
+    readme = (release.TEMPLATE_DIR / "README.md").read_text()
+    for module, p in points.items():
+        assert f"| `{module}.py` |" in readme and readme.split(f"| `{module}.py` |")[1].split("\n")[0].endswith(
+            f"| {p.points:g} |"), module
+    namespace = {}
+    exec(next(line for line in (release.TEMPLATE_DIR / "selfcheck.py").read_text().splitlines()
+              if line.startswith("POINTS = ")), namespace)
+    assert namespace["POINTS"] == {m: p.points for m, p in points.items()}
+    assert release.points_table(points) in release.KIT_README.read_text()
+
+
+def test_the_readme_states_the_markers_points_wherever_it_gives_them():
+    """The prose, the example report's maxima (CUDA checks included, autograder/scoring.py) and its line of
+    CUDA checks not graded."""
+    points = release.grader_points()
+    text = release.KIT_README.read_text()
+    assert f"CUDA checks included ({', '.join(f'{p.points:g}' for p in points.values())})" in text
+    rows = dict(re.findall(r"^  (attention|heads|masks|mha|positional) +[\d.]+ / ([\d.]+)", text, re.M))
+    assert rows == {m: f"{p.points:g}" for m, p in points.items()}, (
+        "the README's example report is stale: grade examples/buggy-student again and paste its report")
+    cuda = sum(p.cuda_points for p in points.values())
+    checks = sum(p.cuda_checks for p in points.values())
+    assert f"Not graded on this machine ({checks} checks, {cuda:g} points)" in text
+
+
+def test_a_changed_marker_makes_release_check_name_everything_that_shows_points(tmp_path, monkeypatch):
+    graders = tmp_path / "graders"
+    shutil.copytree(release.GRADERS_DIR, graders)
+    source = (graders / "test_masks.py").read_text()
+    assert source.count('@grade(3, "mask")') == 1
+    (graders / "test_masks.py").write_text(source.replace('@grade(3, "mask")', '@grade(4, "mask")'))
+    monkeypatch.setattr(release, "GRADERS_DIR", graders)
+    assert release.grader_points()["masks"].points == release.grader_points(release.ROOT / "autograder" / "graders")[
+        "masks"].points + 1
+    stale = release.check_sources()
+    assert set(stale) == {f"assignments/mha/{n}" for n in release.NOTEBOOKS.values()} | {
+        "autograder/selfcheck.py", "README.md"}, stale
+    assert set(release.check_template()) >= {*release.NOTEBOOKS.values(), "README.md", "selfcheck.py"}
+
+
+@pytest.mark.parametrize("decorators, error", [
+    ('@pytest.mark.parametrize("n", [1, 2])\n@grade(1, "values")', "run once"),
+    ('@grade(1, "values")\n@grade(2, "values")', "run once"),
+    ("@grade(POINTS, 'values')", "not literals"),
+])
+def test_grader_points_refuses_what_it_cannot_count(tmp_path, decorators, error):
+    for module in release.MODULES:
+        (tmp_path / f"test_{module}.py").write_text(f"{decorators}\ndef test_x(student, n=1):\n    pass\n")
+    with pytest.raises(ValueError, match=error):
+        release.grader_points(tmp_path)
+
+
+def test_grader_points_counts_cuda_checks_and_keyword_markers(tmp_path):
+    for module in release.MODULES:
+        (tmp_path / f"test_{module}.py").write_text(textwrap.dedent('''\
+            @grade(2, "values")
+            def test_a(student): ...
+
+            @needs_cuda
+            @pytest.mark.grade(points=3, aspect="device")
+            def test_b(student): ...
+
+            def test_not_graded(student): ...
+            '''))
+    assert set(release.grader_points(tmp_path).values()) == {release.Points(5, 2, 3, 1)}
+
+
+# -- what grading knows of the released template -------------------------------------------------------
+def test_released_digests_tell_the_template_from_work(expected):
+    from autograder import intake
+    from autograder.released import MODULE_CELLS, NAMES
+
+    assert release.RELEASED.read_text() == release.released_text(expected)
+    for module in release.MODULES:
+        stub, book = f"{module}.py", release.NOTEBOOKS[module]
+        assert intake.is_template(module, stub, expected[stub].encode()), stub
+        assert intake.is_template(module, book, expected[book].encode()), book
+        assert not intake.is_template(module, stub, (release.SOLUTIONS_DIR / stub).read_bytes()), stub
+        assert not intake.is_template(module, book, (release.ASSIGNMENT_DIR / book).read_bytes()), book
+        assert NAMES[module] == CONTRACT[module]
+        nb = release._load(expected[book])
+        assert nb["cells"][MODULE_CELLS[module] - 1] is release.module_cell(nb, module)
+
+
+def test_code_digest_sees_code_only():
+    from autograder.intake import code_digest
+
+    source = 'def f(x):\n    """Doc."""\n    return x + 1  # add one\n'
+    same = ['"""Module doc."""\n# a comment\n\n' + source, source.replace("\n", "\r\n"), source + "\n\n\n",
+            source.replace('"""Doc."""', '"""Another doc,\n    on two lines."""'), source.replace("  # add one", "")]
+    assert {code_digest(s) for s in same} == {code_digest(source)}
+    assert code_digest(source.replace("x + 1", "x + 2")) != code_digest(source)
+    assert code_digest("def f(:\n") is None
+    assert code_digest('s = "# not a comment"\n') != code_digest('s = ""\n')

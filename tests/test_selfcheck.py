@@ -44,3 +44,45 @@ def test_selfcheck_holds_no_hidden_grader_and_no_solution():
 @pytest.mark.parametrize("path", ["/no/such/submission"])
 def test_unreadable_path_exits_2(path):
     assert check(path).returncode == 2
+
+
+def _student_folder(tmp_path, edits):
+    """The reference modules with `edits` ({module: (old, new)}) and the self-check, as a student has them."""
+    import shutil
+
+    folder = tmp_path / "student"
+    folder.mkdir()
+    for module in ("attention", "heads", "masks", "mha", "positional"):
+        text = (SOLUTIONS / f"{module}.py").read_text()
+        if module in edits:
+            old, new = edits[module]
+            assert text.count(old) == 1, old
+            text = text.replace(old, new)
+        (folder / f"{module}.py").write_text(text)
+    shutil.copyfile(TEMPLATE / "selfcheck.py", folder / "selfcheck.py")
+    return folder
+
+
+def test_a_failure_cites_the_students_line_never_the_selfchecks(tmp_path):
+    folder = _student_folder(tmp_path, {
+        "attention": ("math.sqrt(d_k)", "d_k"),  # runs, wrong result: the function checked is named
+        "heads": ("d_k = d_model // num_heads", "d_k = d_model // num_heads // undefined_name"),  # raises
+    })
+    proc = subprocess.run([sys.executable, "selfcheck.py"], cwd=folder, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert "selfcheck.py" not in proc.stdout, proc.stdout
+    heads = (folder / "heads.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(heads, 1) if "undefined_name" in text)
+    assert f"(at heads.py, line {line}: d_k = d_model // num_heads // undefined_name" in proc.stdout, proc.stdout
+    attention = (folder / "attention.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(attention, 1) if text.startswith("def scaled_dot_product_attention"))
+    assert f"(see scaled_dot_product_attention at attention.py, line {line})" in proc.stdout, proc.stdout
+
+
+def test_selfcheck_states_the_graders_points():
+    from autograder.release import grader_points
+
+    proc = check(SOLUTIONS)
+    points = grader_points()
+    assert ("Hidden graders: " + ", ".join(f"{m} {p.points:g}" for m, p in points.items())
+            + f" points, {sum(p.points for p in points.values()):g} in all.") in proc.stdout, proc.stdout
