@@ -63,12 +63,35 @@ def sandbox_options(command):
     return command
 
 
-def _sandbox(memory_limit, cpu_limit, max_processes, max_output, isolation, require_isolation, no_isolation):
+def _sandbox(memory_limit, cpu_limit, max_processes, max_output, isolation, require_isolation, no_isolation,
+             max_unzipped):
     from autograder.sandbox import Limits
 
     return {"limits": Limits(cpu_seconds=cpu_limit, memory_bytes=memory_limit, processes=max_processes,
                              output_bytes=max_output),
-            "isolation": "none" if no_isolation else isolation, "require_isolation": require_isolation}
+            "isolation": "none" if no_isolation else isolation, "require_isolation": require_isolation,
+            "max_unzipped": max_unzipped}
+
+
+def intake_options(command):
+    """How much of a submission is taken in, shared by `grade` and `grade-all`."""
+    return click.option(
+        "--max-unzipped", type=Size(), default="50MiB", show_default=True,
+        help="The most a submission may unpack to (a zip, as its directory declares it, checked before a byte "
+             "is unpacked) or hold (a folder). The reason: a zip bomb of a few KB can unpack to many GB and fill "
+             "the disk or the memory of the grading machine; five modules and their notebooks take well under "
+             "1MiB. Raise it for notebooks with large embedded outputs.")(command)
+
+
+CALL_TIMEOUT_HELP = "Seconds allowed for one call into the student's code (a hang costs that check only)."
+SUBMISSION_TIMEOUT_HELP = "Seconds allowed for the whole grading of one submission; past it, the grading has no score."
+
+
+def _timeout_alias(value, meaning, option):
+    """The old --timeout, kept as a deprecated alias of `option`; None when not given."""
+    if value is not None:
+        click.echo(f"warning: --timeout is deprecated: it meant {meaning} here; use {option}", err=True)
+    return value
 
 
 def _write(report, text, output):
@@ -81,7 +104,21 @@ def _write(report, text, output):
         click.echo(text)
 
 
+def _print_version(ctx, param, value):
+    if not value or ctx.resilient_parsing:
+        return
+    from autograder.batch import versions
+
+    v = versions()
+    click.echo(f"mha-kit {v['kit']}\ntorch {v['torch']}\npython {v['python']}\n"
+               f"graders sha256 {v['graders_sha256']}")
+    ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Print the kit's version, torch's, Python's and the checksum of the graders (the code that "
+                   "decides a grade), then exit.")
 def cli():
     """Auto-graded exercises on multi-head attention in PyTorch.
 
@@ -102,46 +139,61 @@ def cli():
     """
 
 
-@cli.command()
+@cli.command(short_help="Grade one submission (folder, zip or notebook).")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True, help=FORMAT_HELP)
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the report to this file instead of stdout.")
 @click.option("--min-score", type=click.FloatRange(0, 100), default=None,
               help="Exit with status 1 when the score (out of 100) is below this.")
-@click.option("--timeout", type=float, default=10.0, show_default=True,
-              help="Seconds allowed for one call into the student's code.")
+@click.option("--call-timeout", type=click.FloatRange(0, min_open=True), default=10.0, show_default=True,
+              help=CALL_TIMEOUT_HELP)
+@click.option("--submission-timeout", type=click.FloatRange(0, min_open=True), default=600.0, show_default=True,
+              help=SUBMISSION_TIMEOUT_HELP)
+@click.option("--timeout", type=float, default=None, hidden=True, help="Deprecated: --call-timeout.")
+@intake_options
 @sandbox_options
-def grade(path, fmt, output, min_score, timeout, **sandbox):
-    """Grade one submission: a folder of the five .py modules, or a zip of one.
+def grade(path, fmt, output, min_score, call_timeout, submission_timeout, timeout, **sandbox):
+    """Grade one submission: a folder of the five modules (as .py files or as
+    the notebooks 01_attention.ipynb ... 05_positional.ipynb), a zip of one,
+    or a single notebook such as 03_masks.ipynb.
 
     Student code runs in a separate process and never in the grader's; a
     missing module, a crash or a hang costs only the checks that need it.
+    Every figure is out of 100 (the README's "One set of numbers"). A
+    submission with no student work in it (every module missing, or the
+    untouched template) is reported as "empty": 0, with what was looked for.
 
     \b
     Exit status:
-      0  grading completed (whatever the score)
+      0  grading completed (whatever the score, "empty" included)
       1  the score is below --min-score
       2  the grader could not run: a bad path, an unreadable zip, or student
          code that cannot be run here (isolation refused, a student process
-         that cannot start); the cause and the remedy are printed, and no
-         score is given (with --format gradescope, junit, classroom or json
-         the report says "error", never 0)
+         that cannot start); the cause and the remedy are printed. With
+         --format other than text a report is still written: "empty" (0,
+         and why) for a submission that cannot be read, "error" (no score,
+         never 0) when the grader failed.
     """
-    from autograder.engine import SubmissionError
+    from autograder.engine import SubmissionError, submission_id
     from autograder.engine import grade as grade_submission
     from autograder.results import GradeReport, safe_line, safe_text
     from autograder.sandbox import GraderUnavailable
 
+    call_timeout = _timeout_alias(timeout, "seconds per call", "--call-timeout") or call_timeout
     try:
-        report = grade_submission(path, call_timeout=timeout, **_sandbox(**sandbox))
+        report = grade_submission(path, call_timeout=call_timeout, timeout=submission_timeout, **_sandbox(**sandbox))
     except SubmissionError as exc:  # its text may name the submission's files: escaped, as in every report
         click.echo(f"error: {safe_text(exc, '  ')}", err=True)
+        if fmt != "text":  # CI formats still get a file: nothing to grade, and why
+            empty = GradeReport(submission=submission_id(path), status="empty",
+                                error=f"no student work found: {exc}")
+            _write(empty, empty.render(fmt), output)
         sys.exit(EXIT_CANNOT_RUN)
     except GraderUnavailable as exc:
         click.echo(f"error: the grader cannot run student code here: {safe_text(exc, '  ')}", err=True)
         if fmt != "text":  # CI formats still get a file, that says error
-            failed = GradeReport(submission=str(path), status="error", error=str(exc), grader_failure=True)
+            failed = GradeReport(submission=submission_id(path), status="error", error=str(exc), grader_failure=True)
             _write(failed, failed.render(fmt), output)
         sys.exit(EXIT_CANNOT_RUN)
     _write(report, report.render(fmt), output)
@@ -155,7 +207,7 @@ def grade(path, fmt, output, min_score, timeout, **sandbox):
         sys.exit(EXIT_BELOW_MIN)
 
 
-@cli.command()
+@cli.command(short_help="Render a saved JSON report in another format.")
 @click.argument("report_json", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
               help=FORMAT_HELP)
@@ -183,7 +235,7 @@ def render(report_json, fmt, output):
     _write(report, report.render(fmt), output)
 
 
-@cli.command()
+@cli.command(short_help="Run the students' public self-check.")
 @click.argument("path", type=click.Path(path_type=Path))
 def check(path):
     """Run the students' public self-check on a submission.
@@ -209,15 +261,20 @@ def check(path):
     sys.exit(1 if proc.returncode else 0)
 
 
-@cli.command("grade-all")
+@cli.command("grade-all", short_help="Grade a class in parallel, resumable.")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--output", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for OUT/<id>/results.json, feedback.md, feedback.html and OUT/gradebook.csv.")
 @click.option("--jobs", "-j", type=click.IntRange(1), default=None, help="Parallel gradings [default: core count].")
 @click.option("--force", is_flag=True, help="Grade again what OUT/gradebook.csv already holds.")
-@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds allowed per submission.")
+@click.option("--call-timeout", type=click.FloatRange(0, min_open=True), default=10.0, show_default=True,
+              help=CALL_TIMEOUT_HELP)
+@click.option("--submission-timeout", type=click.FloatRange(0, min_open=True), default=300.0, show_default=True,
+              help=SUBMISSION_TIMEOUT_HELP)
+@click.option("--timeout", type=float, default=None, hidden=True, help="Deprecated: --submission-timeout.")
+@intake_options
 @sandbox_options
-def grade_all(folder, output, jobs, force, timeout, **sandbox):
+def grade_all(folder, output, jobs, force, call_timeout, submission_timeout, timeout, **sandbox):
     """Grade every submission in FOLDER (a class).
 
     Each entry of FOLDER is one submission: a folder of .py modules, a folder
@@ -225,20 +282,24 @@ def grade_all(folder, output, jobs, force, timeout, **sandbox):
     One that crashes, hangs or fills memory gets a row with its status and
     never stops the others. The gradebook is rewritten atomically after each
     submission; a second run skips what is already graded (resume), unless
-    --force.
+    --force. Row statuses: graded; empty (no student work found: every
+    module missing, the untouched template, or a zip that cannot be read: 0,
+    with what was looked for in the error column); timeout and error (the
+    grading did not complete: no score, graded again by the next run).
 
     \b
-    Exit status: 0 when the run completed (a submission that cannot be read
-    gets an "error" row); 2 when the isolation cannot be had
-    (--require-isolation; nothing is graded) or the grader could not run
+    Exit status: 0 when the run completed; 2 when the isolation cannot be
+    had (--require-isolation; nothing is graded) or the grader could not run
     the student code of some submissions (their rows: "error", no score; a
-    second run grades them again).
+    second run grades them again); 130 after Ctrl-C.
     """
     from autograder import batch
     from autograder.results import GradeReport, safe_line
     from autograder.sandbox import GraderUnavailable, choose_isolation
 
+    timeout = _timeout_alias(timeout, "seconds per submission", "--submission-timeout") or submission_timeout
     options = _sandbox(**sandbox)
+    options["call_timeout"] = call_timeout
     try:  # once for the whole class, before anything is graded
         options["isolation"] = choose_isolation(options["isolation"], options.pop("require_isolation"))
     except GraderUnavailable as exc:
@@ -272,10 +333,10 @@ def grade_all(folder, output, jobs, force, timeout, **sandbox):
     if note:  # once per run, not once per student
         click.echo(note, err=True)
     elapsed = time.monotonic() - start
-    for status in ("graded", "timeout", "error"):
+    for status, meaning in (("empty", "nothing to grade, 0"), ("timeout", "no score"), ("error", "no score")):
         ids = [r.id for r in rows.values() if r.status == status]
-        if ids and status != "graded":
-            click.echo(f"{status}: {', '.join(safe_line(i) for i in ids)}", err=True)
+        if ids:
+            click.echo(f"{status} ({meaning}): {', '.join(safe_line(i) for i in ids)}", err=True)
     rate = f", {60 * todo / elapsed:.1f} per minute" if todo and elapsed > 0 else ""
     click.echo(f"{len(rows)} rows in {output / batch.GRADEBOOK} ({elapsed:.0f} s{rate})")
     failures = [r for r in rows.values() if r.status == "error" and r.error.startswith(batch.GRADER_FAILURE)]
@@ -285,7 +346,7 @@ def grade_all(folder, output, jobs, force, timeout, **sandbox):
         sys.exit(EXIT_CANNOT_RUN)
 
 
-@cli.command()
+@cli.command(short_help="Write student_template/ from solutions/.")
 @click.option("--check", is_flag=True, help="Change nothing; exit 1 naming the files that are out of date.")
 def release(check):
     """Write student_template/ from the instructor's solutions/ and assignments/mha/.
@@ -312,7 +373,7 @@ def release(check):
     click.echo(f"wrote {', '.join(changed)}" if changed else "assignments/ and student_template/ already up to date")
 
 
-@cli.command()
+@cli.command(short_help="Time MHA implementations side by side.")
 @click.argument("submission", required=False, type=click.Path(exists=True, path_type=Path))
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("bench.png"),
@@ -362,57 +423,86 @@ def bench(submission, device, plot_path, tokens, heads, d_model, batch, threads)
     click.echo(f"plot written to {plot_path}")
 
 
-@cli.command("gradescope-zip")
+@cli.command("gradescope-zip", short_help="Write the Gradescope autograder zip.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=Path("gradescope-autograder.zip"),
               show_default=True, help="Where to write the zip.")
 @click.option("--torch-version", default="2.13.0", show_default=True,
               help="The torch that setup.sh installs (TORCH_VERSION at build time still wins).")
-@click.option("--torch-index-url", default="", metavar="URL",
-              help="A pip index for torch, e.g. PyTorch's CPU-only wheels (TORCH_INDEX_URL at build time still wins).")
-def gradescope_zip(output, torch_version, torch_index_url):
+@click.option("--torch-index-url", default=None, metavar="URL",
+              help="The pip index torch comes from [default: PyTorch's CPU-only index, "
+                   "https://download.pytorch.org/whl/cpu; with --torch-cuda: pip's default index] "
+                   "(TORCH_INDEX_URL at build time still wins).")
+@click.option("--torch-cuda", is_flag=True,
+              help="Install torch with CUDA (pip's default build, several GB), for a Gradescope image with a GPU "
+                   "(TORCH_CUDA=1 at build time does the same).")
+def gradescope_zip(output, torch_version, torch_index_url, torch_cuda):
     """Write the autograder zip to upload to a Gradescope programming assignment.
 
     \b
     At the zip's root: setup.sh (Gradescope runs it once, as root, to build
-    the image: a venv at /autograder/venv with torch and requirements.txt)
-    and run_autograder (run per submission: grades /autograder/submission and
-    writes /autograder/results/results.json, score 0 with the reason when
-    grading cannot run), with grader_cli.py, requirements.txt, autograder/
-    and the reference solutions/ (instructor-side: students never see them).
+    the image: a venv at /autograder/venv with torch, the CPU build unless
+    --torch-cuda, and requirements.txt) and run_autograder (run per
+    submission: grades /autograder/submission and writes
+    /autograder/results/results.json; when the autograder itself cannot run,
+    the results say "Autograder failure, not a grade" and it exits non-zero),
+    with grader_cli.py, requirements.txt, autograder/ and the reference
+    solutions/ (instructor-side: students never see them).
     """
-    from autograder.gradescope import build_zip
+    from autograder.gradescope import CPU_INDEX_URL, build_zip
 
-    names = build_zip(output, torch_version=torch_version, torch_index_url=torch_index_url)
+    index = torch_index_url if torch_index_url is not None else ("" if torch_cuda else CPU_INDEX_URL)
+    names = build_zip(output, torch_version=torch_version, torch_index_url=index, cuda=torch_cuda)
     click.echo(f"wrote {output} ({len(names)} files: {', '.join(n for n in names if '/' not in n)}, "
                f"autograder/, solutions/)")
 
 
-@cli.command("nbgrader-sync")
+@cli.command("nbgrader-sync", short_help="Write the hidden graders' scores into nbgrader.")
 @click.argument("course", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--assignment", default="mha", show_default=True, help="The nbgrader assignment name.")
 @click.option("--student", "students", multiple=True, help="Only these students (repeatable); default: all.")
-def nbgrader_sync(course, assignment, students):
+@click.option("--overwrite-manual", is_flag=True,
+              help="Replace the scores a TA set by hand in formgrader too (by default they are kept, and named).")
+def nbgrader_sync(course, assignment, students, overwrite_manual):
     """Write the hidden graders' scores into an nbgrader course's gradebook.
 
     Run it after `nbgrader autograde ASSIGNMENT` in the course folder COURSE.
     Each submission is graded by the kit (student code in its own process,
-    never in a kernel shared with the graders), and each module's score goes
-    into the notebook's task cell `<module>-hidden-graders` as its manual
-    score, with the failed checks as the comment. `nbgrader export` then
-    lists the scores.
+    never in a kernel shared with the graders), and each module's figure
+    (the same as in every other format) goes into the notebook's task cell
+    `<module>-hidden-graders` as its manual score, with the failed checks as
+    the comment. `nbgrader export` then lists the scores. A score a TA set
+    by hand is kept unless --overwrite-manual; the output says which.
+
+    \b
+    Exit status: 0 when every submission was written; 2 when the course,
+    its gradebook or ASSIGNMENT is unknown (the assignments it knows are
+    named), or a grading did not complete (nothing written for it).
     """
     from autograder.nbgrader_sync import SyncError, sync_course
     from autograder.results import safe_line, safe_text
+    from autograder.scoring import fmt
 
     try:
-        results = sync_course(course, assignment, list(students) or None)
+        results = sync_course(course, assignment, list(students) or None, overwrite_manual=overwrite_manual)
     except SyncError as exc:
         click.echo(f"error: {safe_text(exc, '  ')}", err=True)
         sys.exit(EXIT_CANNOT_RUN)
+    incomplete = [r for r in results if r.score is None]
     for r in results:
-        modules = ", ".join(f"{m} {s:g}" for m, s in r.modules.items())
-        click.echo(f"{safe_line(r.student)}: {r.score:g}/100 ({modules})")
-    click.echo(f"{len(results)} submission(s) written to {course / 'gradebook.db'}")
+        if r.score is None:
+            click.echo(f"{safe_line(r.student)}: not written: the grading did not complete ({r.status}: "
+                       f"{safe_line((r.error.splitlines() or [''])[0])})", err=True)
+            continue
+        modules = ", ".join(f"{m} {fmt(s)}" for m, s in r.modules.items())
+        empty = " (empty: nothing to grade)" if r.status == "empty" else ""
+        click.echo(f"{safe_line(r.student)}: {fmt(r.score)}/100{empty} ({modules})")
+        if r.kept:
+            kept = ", ".join(f"{m} {fmt(s)}" for m, s in r.kept.items())
+            click.echo(f"  kept the score(s) set by hand: {kept} (the gradebook's total: {fmt(r.gradebook_total)}); "
+                       "--overwrite-manual replaces them", err=True)
+    click.echo(f"{len(results) - len(incomplete)} submission(s) written to {course / 'gradebook.db'}")
+    if incomplete:
+        sys.exit(EXIT_CANNOT_RUN)
 
 
 if __name__ == "__main__":

@@ -43,11 +43,14 @@ from autograder.engine import SubmissionError, WarmServers, grade
 from autograder.feedback import to_html, to_markdown
 from autograder.results import GradeReport, csv_cell, csv_value, safe_line
 from autograder.sandbox import GraderUnavailable
+from autograder.scoring import fmt
 
 GRADEBOOK = "gradebook.csv"
 GRADER_FAILURE = "the grader could not run student code: "  # how the error of such a row begins
+DONE = ("graded", "empty")  # rows a second run keeps while their fingerprint holds; the others are graded again
 COLUMNS = ["id", "total", *MODULES, "status", "isolation", "grading_time_s", "error", "fingerprint"]
 KIT = Path(__file__).resolve().parent.parent
+KIT_VERSION = "1.1.0"  # the kit's release; `grader_cli.py --version` prints it with torch's and the graders' checksum
 
 
 class Interrupted(KeyboardInterrupt):
@@ -62,9 +65,9 @@ class Interrupted(KeyboardInterrupt):
 @dataclass
 class Row:
     id: str
-    total: float | None  # None: no score (status "error": the submission could not be graded)
-    modules: dict
-    status: str  # graded | timeout | error
+    total: float | None  # None: no score (status "timeout" or "error": the grading did not complete)
+    modules: dict  # module -> figure, on the same scale as the total (autograder.scoring)
+    status: str  # graded | empty | timeout | error (autograder.results.STATUSES)
     seconds: float
     error: str = ""
     isolation: str = ""  # how student code was confined (autograder.LEVELS)
@@ -73,7 +76,7 @@ class Row:
     def as_csv(self):
         """The gradebook row: strings through csv_cell, numbers as numbers (never prefixed)."""
         scores = {"total": "", **{m: "" for m in MODULES}} if self.total is None else {
-            "total": f"{self.total:g}", **{m: f"{self.modules.get(m, 0):g}" for m in MODULES}}
+            "total": fmt(self.total), **{m: fmt(self.modules.get(m) or 0) for m in MODULES}}
         return {"id": csv_cell(self.id), **scores, "status": csv_cell(self.status),
                 "isolation": csv_cell(self.isolation), "grading_time_s": f"{self.seconds:.1f}",
                 "error": csv_cell(self.error), "fingerprint": self.fingerprint}
@@ -140,6 +143,20 @@ def kit_digest() -> str:
     return h.hexdigest()
 
 
+def versions() -> dict:
+    """What grades: the kit's version, torch's, Python's, and the checksum of the code that decides a grade
+    (`kit_digest`: engine, graders, reference), so that a gradebook can say what graded it."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:
+        torch_version = "not installed"
+    return {"kit": KIT_VERSION, "torch": torch_version, "python": platform.python_version(),
+            "graders_sha256": kit_digest()}
+
+
 def fingerprint(path: Path, kit: str, settings: dict) -> str:
     """What a row was graded from: the submission's content, the kit (`kit_digest`) and the settings that
     can change a grade (limits, timeouts)."""
@@ -151,12 +168,14 @@ def fingerprint(path: Path, kit: str, settings: dict) -> str:
 
 
 def _settings(timeout, call_timeout, options):
+    from autograder import intake
     from autograder.sandbox import Limits
 
     limits = options.get("limits") or Limits()  # None means the defaults: the same fingerprint as given
     number = (lambda v: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)  # 60 == 60.0
     return {"timeout": number(timeout), "call_timeout": number(call_timeout),
-            "limits": {k: number(v) for k, v in limits.__dict__.items()}}
+            "limits": {k: number(v) for k, v in limits.__dict__.items()},
+            "max_unzipped": number(options.get("max_unzipped") or intake.MAX_UNZIPPED)}
 
 
 def plan(folder: Path, out: Path, *, force: bool = False, timeout: float = 300.0, call_timeout: float = 10.0,
@@ -176,7 +195,7 @@ def plan(folder: Path, out: Path, *, force: bool = False, timeout: float = 300.0
     todo, changed = [], 0
     for i, p in entries:
         row = rows.get(row_key(i))
-        if force or row is None or row.status != "graded" or not (Path(out) / i / "results.json").is_file():
+        if force or row is None or row.status not in DONE or not (Path(out) / i / "results.json").is_file():
             todo.append((i, p))
         elif row.fingerprint != prints[i] or not prints[i]:
             todo.append((i, p))
@@ -224,13 +243,14 @@ def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: 
     start = time.monotonic()
     try:
         report = grade(path, timeout=timeout, call_timeout=call_timeout, **options)
-    except SubmissionError as exc:
-        report = GradeReport(submission=sub_id, status="error", error=str(exc))
+    except SubmissionError as exc:  # nothing of it can be read: no student work to grade (0, and why)
+        report = GradeReport(submission=sub_id, status="empty", error=f"no student work found: {exc}")
     except GraderUnavailable as exc:  # the grader's failure: an error row, never a 0
         report = GradeReport(submission=sub_id, status="error", error=f"{GRADER_FAILURE}{exc}", grader_failure=True,
                              isolation=options.get("isolation", ""))
-    except Exception as exc:  # the batch goes on whatever happens to one submission
-        report = GradeReport(submission=sub_id, status="error", error=f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # the batch goes on whatever happens to one submission; the grader's failure
+        report = GradeReport(submission=sub_id, status="error", error=f"the grader failed: {type(exc).__name__}: "
+                             f"{exc}", grader_failure=True)
     if stopped is not None and stopped.is_set():
         return None
     report.submission = sub_id
@@ -239,10 +259,18 @@ def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: 
     _write_atomic(folder / "results.json", report.render("gradescope") + "\n")
     _write_atomic(folder / "feedback.md", to_markdown(report))
     _write_atomic(folder / "feedback.html", to_html(report))
-    modules = {m: earned for m, (earned, _) in report.modules().items()}
+    return row_from_report(report, time.monotonic() - start)
+
+
+def row_from_report(report: GradeReport, seconds: float = 0.0) -> Row:
+    """The gradebook row of a grading: the figures every other format of it shows (autograder.scoring), no
+    score at all when the grading did not complete, the first line of the reason otherwise."""
+    fig = report.figures()
+    modules = {m: float(f.score) if f.graded else 0.0 for m, f in fig.modules.items() if m in MODULES} \
+        if report.has_score else {}
     error = report.error.splitlines()[0] if report.error else ""
-    total = None if report.status == "error" else report.score
-    return Row(sub_id, total, modules, report.status, time.monotonic() - start, error, report.isolation)
+    total = float(fig.total) if report.has_score else None
+    return Row(report.submission, total, modules, report.status, seconds, error, report.isolation)
 
 
 def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool = False, timeout: float = 300.0,

@@ -17,6 +17,9 @@ workflow publishes as its output `result` and that
 Classroom receives `Points <sum of scores>/<max_score>`. Scores are whole
 numbers here: fractional points are summed as floats (3.0000000000000004)
 and such totals are reported to be exported as 0 (github/gh-classroom#83).
+So Classroom gets the kit's total rounded half up to a whole point (59.96 ->
+60), apportioned to the passed checks; every other format carries the
+figures of autograder.scoring to the cent.
 
 `report_from_dict(d)` rebuilds a GradeReport from `report.to_dict()` (the
 `--format json` output), so that one grading can be rendered in every format.
@@ -33,6 +36,7 @@ from fractions import Fraction
 
 from autograder import MODULES
 from autograder.results import GradeReport, TestResult, safe_line, safe_text
+from autograder.scoring import apportion, fmt
 
 # The reporter receives the result through an environment variable, and Linux
 # limits one environment string to 128 KiB; stay well below.
@@ -55,7 +59,7 @@ def _first_line(text: str) -> str:
 
 
 def _g(x) -> str:
-    return f"{x:g}"
+    return fmt(x)
 
 
 def _modules_in(report: GradeReport) -> list[str]:
@@ -73,19 +77,26 @@ def _properties(parent, items):
 def to_junit(report: GradeReport) -> str:
     """JUnit XML: one testsuite per module, one testcase per check.
 
-    Points are raw on each suite (the module's earned / available points, in
-    its attributes `points` / `max_points` and its properties `score` /
-    `max_score`); `total_score` and the root's `score` are the report's score
-    out of 100. Skipped checks (CUDA where there is
-    none) are `<skipped>`; failed checks are `<failure>` (type "grader-error"
-    when the grader itself broke); a grading that did not complete (timeout,
-    error) adds a suite "grading" with one `<error>`.
+    The figures are the report's (autograder.scoring), as in every format:
+    each suite's `points` / `max_points` attributes and `score` /
+    `max_score` properties are the module's figure and maximum, each case's
+    `score` / `points` the check's, `total_score` and the root's `score` the
+    total out of 100 (the modules add up to it); `not_graded` states the
+    points skipped here and how they count. Skipped checks (CUDA where there
+    is none) are `<skipped>`; failed checks are `<failure>` (type
+    "grader-error" when the grader itself broke); a grading with nothing to
+    grade adds a suite "grading" with one `<failure>` saying why, one that
+    did not complete (timeout, error) one `<error>`, and then no score at all.
     """
+    fig = report.figures()
+    shown = {id(t): figures for t, figures in zip(report.tests, fig.checks)}
+    total = _g(fig.total) if report.has_score else ""
     root = ET.Element("testsuites", name="mha-autograder")
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "time": 0.0}
     for module in _modules_in(report):
         tests = [t for t in report.tests if t.module == module]
-        earned, available = sum(t.score for t in tests), sum(t.max_score for t in tests)
+        figure = fig.modules[module]
+        earned, available = (figure.score, figure.max_score) if figure.graded else (0, 0)
         counts = {
             "tests": len(tests),
             "failures": sum(t.status == "failed" for t in tests),
@@ -99,12 +110,14 @@ def to_junit(report: GradeReport) -> str:
         for k, v in counts.items():
             totals[k] += v
         _properties(suite, [("score", _g(earned)), ("max_score", _g(available)),
-                            ("total_score", _g(report.score)), ("total_max_score", "100")])
+                            ("total_score", total), ("total_max_score", "100"),
+                            ("not_graded", fig.skipped_note())])
         for t in tests:
             case = ET.SubElement(suite, "testcase", classname=f"mha.{module}", name=_xml_text(t.id),
                                  time=f"{t.duration:.3f}")
-            _properties(case, [("description", t.name), ("aspect", t.aspect), ("points", _g(t.points)),
-                               ("score", _g(t.score))])
+            score, points = shown[id(t)]
+            _properties(case, [("description", t.name), ("aspect", t.aspect), ("points", _g(points)),
+                               ("score", _g(score))])
             if t.status == "failed":
                 message = t.message or "check failed"
                 failure = ET.SubElement(case, "failure", message=_xml_text(_first_line(message)),
@@ -114,18 +127,22 @@ def to_junit(report: GradeReport) -> str:
                 ET.SubElement(case, "skipped", message=_xml_text(t.message or "skipped"))
     if report.status != "graded":
         error = report.error or report.status
-        suite = ET.SubElement(root, "testsuite", name="grading", tests="1", failures="0", errors="1",
-                              skipped="0", time=f"{report.execution_time:.3f}")
+        kind = "failures" if report.has_score else "errors"  # nothing to grade: the student's; else the grader's
+        counts = {"failures": "0", "errors": "0", kind: "1"}
+        suite = ET.SubElement(root, "testsuite", name="grading", tests="1", **counts, skipped="0",
+                              time=f"{report.execution_time:.3f}")
         case = ET.SubElement(suite, "testcase", classname="mha.grading", name=report.status,
                              time=f"{report.execution_time:.3f}")
-        err = ET.SubElement(case, "error", message=_xml_text(_first_line(error)), type=report.status)
+        err = ET.SubElement(case, kind[:-1], message=_xml_text(_first_line(error)), type=report.status)
         err.text = _xml_text(error)
         totals["tests"] += 1
-        totals["errors"] += 1
+        totals[kind] += 1
     totals["time"] = max(totals["time"], report.execution_time)  # the whole grading, when known
     for k, v in totals.items():
         root.set(k, f"{v:.3f}" if k == "time" else str(v))
-    root.set("score", _g(report.score))
+    root.set("status", report.status)
+    if report.has_score:  # a grading that did not complete has no score, not a 0
+        root.set("score", total)
     root.set("max_score", "100")
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode")
@@ -135,22 +152,16 @@ def to_junit(report: GradeReport) -> str:
 def classroom_scores(report: GradeReport) -> list[int]:
     """Whole-point scores of the graded (non-skipped) checks, out of 100 in all.
 
-    Each passed check's exact share, 100 * points / available, is rounded by
-    the largest-remainder method, so the scores add up to the report's score
-    rounded to a whole point (half up); failed checks score 0.
+    The report's total (autograder.scoring) rounded half up to a whole point
+    is apportioned to the passed checks by the largest remainder of their own
+    figures, so the scores add up to it; failed checks score 0.
     """
-    graded = [t for t in report.tests if t.status != "skipped"]
-    available = sum(Fraction(str(t.points)) for t in graded)
-    if not available:
+    fig = report.figures()
+    graded = [(t, score) for t, (score, _) in zip(report.tests, fig.checks) if t.status != "skipped"]
+    if not report.has_score:
         return [0] * len(graded)
-    exact = [Fraction(100) * Fraction(str(t.points)) / available if t.status == "passed" else Fraction(0)
-             for t in graded]
-    scores = [math.floor(x) for x in exact]
-    target = math.floor(sum(exact) + Fraction(1, 2))
-    by_remainder = sorted(range(len(graded)), key=lambda i: (-(exact[i] - scores[i]), i))
-    for i in by_remainder[:target - sum(scores)]:
-        scores[i] += 1
-    return scores
+    exact = [Fraction(str(score)) for _, score in graded]
+    return apportion(exact, math.floor(Fraction(str(fig.total)) + Fraction(1, 2)))
 
 
 def _classroom_payload(report: GradeReport, message_limit: int) -> dict:
@@ -173,7 +184,12 @@ def _classroom_payload(report: GradeReport, message_limit: int) -> dict:
             "line_no": 0,
             "duration": int(round(t.duration * 1000)),
         })
-    if report.status != "graded" or not graded:
+    if report.status == "empty":  # the student's: no work found (0), and why
+        status = "fail"
+        tests.append({"name": "submission", "status": "fail", "score": 0,
+                      "message": clip(safe_line(f"nothing to grade: {report.error}")), "test_code": "",
+                      "filename": "", "line_no": 0, "duration": int(round(report.execution_time * 1000))})
+    elif report.status != "graded" or not graded:
         status = "error"
         # console-results prints the message of a test whose status is "error" into the job's log, where a
         # line of its own could be a workflow command (::error::...): one line, newlines escaped

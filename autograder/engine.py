@@ -21,10 +21,12 @@ import json
 import os
 import re
 import secrets
+import shutil
 import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -32,8 +34,9 @@ from pathlib import Path
 
 from autograder import MODULES, intake
 from autograder.intake import MAX_UNZIPPED, SubmissionError  # noqa: F401  (the engine's names, as before)
-from autograder.notebooks import module_of, notebook_source
+from autograder.notebooks import missing_message, module_of, notebook_source
 from autograder.results import GradeReport, TestResult
+from autograder.scoring import nothing_to_grade
 
 ROOT = Path(__file__).resolve().parent.parent
 GRADERS = Path(__file__).resolve().parent / "graders"
@@ -53,41 +56,88 @@ class Intake:
     missing: dict = field(default_factory=dict)
 
 
+def submission_id(path) -> str:
+    """The name a submission goes by in every report: its file or folder name (`/home/me/class/bob.zip` ->
+    `bob.zip`), never a path of the grading machine."""
+    return os.path.basename(os.path.abspath(path)) or str(path)
+
+
+def _by_id(text: str, path) -> str:
+    """`text` with the paths of the submission `path` written as its id (`submission_id`)."""
+    name = submission_id(path)
+    forms = {str(path), os.path.abspath(path), str(Path(path).resolve())}
+    forms |= {intake.shown(f) for f in forms}
+    for form in sorted(forms, key=len, reverse=True):
+        if form and form != name:
+            text = text.replace(form, name)
+    return text
+
+
+_CAP = threading.Lock()
+_DEFAULT_UNZIPPED = intake.MAX_UNZIPPED
+
+
 @contextmanager
-def taken(path):
+def _unzipped_cap(max_unzipped):
+    """While intake reads a submission, its cap on the bytes unpacked (autograder.intake.MAX_UNZIPPED) is
+    `max_unzipped`. intake reads the cap from its module constant, so every intake with another cap than the
+    constant's is serialised (None or the constant's value: no lock)."""
+    if max_unzipped is None or max_unzipped == _DEFAULT_UNZIPPED:
+        yield
+        return
+    with _CAP:
+        saved, intake.MAX_UNZIPPED = intake.MAX_UNZIPPED, max_unzipped
+        try:
+            yield
+        finally:
+            intake.MAX_UNZIPPED = saved
+
+
+@contextmanager
+def taken(path, max_unzipped=None):
     """Yield an Intake of the submission at `path`: a folder, a zip of one, or a single notebook.
 
     The folder is always a fresh private copy, made by autograder.intake:
     regular files only, never through a link, each within its size limit;
     a zip is checked before it is unpacked. A module that the submission has
     only as a notebook (`01_attention.ipynb`) is converted
-    (autograder.notebooks); a .py module takes precedence. Raises
-    SubmissionError when `path` cannot be read at all (no such path, not a
-    zip, a zip bomb, too many entries).
+    (autograder.notebooks); of a module's two forms, the one with work is
+    taken (autograder.intake.one_form). Raises SubmissionError when `path` cannot be read at all (no such path, not a
+    zip, a zip bomb, too many entries); its message names the submission by
+    its id (`submission_id`), never by a path of this machine.
+    `max_unzipped`: the most bytes a submission may unpack to (default
+    autograder.intake.MAX_UNZIPPED).
     """
     path = Path(path)
     if not path.exists():
-        raise SubmissionError(f"no such file or folder: {path}")
+        raise SubmissionError(f"no such file or folder: {submission_id(path)}")
     with tempfile.TemporaryDirectory(prefix="mha-intake-") as tmp:
         folder = Path(tmp) / "submission"
         folder.mkdir()
-        notes = {}
-        if path.is_dir():
-            files, notes = intake.take_folder(path)
-        elif path.suffix.lower() == ".ipynb":
-            if module_of(path) is None:
-                raise SubmissionError(f"{path.name}: a notebook is named after its module, e.g. 01_attention.ipynb")
-            try:
-                files = {path.name: intake.read_regular(path, intake.MAX_FILE[".ipynb"], path.name, follow=True)}
-            except intake.Refused as exc:
-                files, notes = {}, {path.name: str(exc)}
-        else:
-            unpacked = Path(tmp) / "unpacked"
-            unpacked.mkdir()
-            notes = intake.unzip(path, unpacked)
-            files, more = intake.take_folder(unpacked)
-            notes.update(more)
+        try:
+            with _unzipped_cap(max_unzipped):
+                files, notes = _take(path, Path(tmp))
+        except SubmissionError as exc:
+            raise SubmissionError(_by_id(str(exc), path)) from None
         yield Intake(folder, notes, _write_modules(files, folder, notes))
+
+
+def _take(path, tmp):
+    """({name: bytes}, {name: why not graded}) of the submission at `path` (autograder.intake)."""
+    if path.is_dir():
+        return intake.take_folder(path)
+    if path.suffix.lower() == ".ipynb":
+        if module_of(path) is None:
+            raise SubmissionError(f"{path.name}: a notebook is named after its module, e.g. 01_attention.ipynb")
+        try:
+            return {path.name: intake.read_regular(path, intake.MAX_FILE[".ipynb"], path.name, follow=True)}, {}
+        except intake.Refused as exc:
+            return {}, {path.name: str(exc)}
+    unpacked = tmp / "unpacked"
+    unpacked.mkdir()
+    notes = intake.unzip(path, unpacked)
+    files, more = intake.take_folder(unpacked)
+    return files, {**notes, **more}
 
 
 def _write_modules(files, folder, notes):
@@ -106,18 +156,21 @@ def _write_modules(files, folder, notes):
             source = f"raise ImportError({str(exc)!r})\n"
         intake.write_new(folder / f"{module}.py", source.encode())
     missing = {}
+    notebooks = any(name.lower().endswith(".ipynb") for name in [*files, *notes])
     for module in MODULES:
         if not (folder / f"{module}.py").exists():
             why = [note for name, note in notes.items() if intake.module_of(name.rsplit("/", 1)[-1]) == module]
             if why:
                 missing[module] = "; ".join(why)
+            elif notebooks:  # a notebook submission: name the notebook and the cell its code goes in
+                missing[module] = missing_message(module)
     return missing
 
 
 @contextmanager
-def prepared(path):
+def prepared(path, max_unzipped=None):
     """Yield a private folder of the submission's .py modules, for a folder, a zip or a notebook (`taken`)."""
-    with taken(path) as got:
+    with taken(path, max_unzipped) as got:
         yield got.folder
 
 
@@ -135,16 +188,19 @@ class WarmServers:
         from autograder.sandbox import _child_env
 
         self.grader = Server("grader", env=grader_env())
+        self._home = tempfile.mkdtemp(prefix="mha-zygote-home-")  # the student processes' HOME: removed at close
         try:
-            home = tempfile.mkdtemp(prefix="mha-zygote-home-")
-            self.zygote = Server("student", env=_child_env(home), isolated=True, python=python or sys.executable)
+            self.zygote = Server("student", env=_child_env(self._home), isolated=True,
+                                 python=python or sys.executable)
         except BaseException:
             self.grader.close()
+            shutil.rmtree(self._home, ignore_errors=True)
             raise
 
     def close(self):
         self.grader.close()
         self.zygote.close()
+        shutil.rmtree(self._home, ignore_errors=True)
 
     def __enter__(self):
         return self
@@ -229,13 +285,21 @@ def _run_graders(args, cwd, timeout, servers, key):
 
 
 def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, isolation="auto",
-          require_isolation=None, servers=None, python=None) -> GradeReport:
+          require_isolation=None, servers=None, python=None, max_unzipped=None) -> GradeReport:
     """Grade the submission at `path` (a folder, a zip or a notebook).
 
     Raises SubmissionError when the submission cannot be read at all, and
     GraderUnavailable (autograder.sandbox) when the grader cannot run student
     code here: isolation refused below `require_isolation`, a student process
-    that cannot start. Neither is ever turned into a score.
+    that cannot start. Neither is ever turned into a score. A submission in
+    which the graders find no student work (every module missing or the
+    untouched template) gets the status "empty", with what was looked for
+    (autograder.scoring.nothing_to_grade). The report names the submission
+    by its id (`submission_id`), never by its path.
+
+    `timeout`: seconds for the whole grading; `call_timeout`: seconds for
+    one call into student code. `max_unzipped`: the most bytes a submission
+    may unpack to (default autograder.intake.MAX_UNZIPPED).
 
     `select` is an optional pytest -k expression to run a subset of the
     graders. `limits` (autograder.sandbox.Limits) bounds each student process;
@@ -247,11 +311,11 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
     from autograder.sandbox import GraderUnavailable, Limits, choose_isolation
 
     start, wall_start = time.monotonic(), time.time()
-    report = GradeReport(submission=str(path))
+    report = GradeReport(submission=submission_id(path))
     limits = limits or Limits()
     python = python or sys.executable
     level = choose_isolation(isolation, require_isolation, python=python)
-    with taken(path) as got, tempfile.TemporaryDirectory(prefix="mha-grade-") as tmp:
+    with taken(path, max_unzipped) as got, tempfile.TemporaryDirectory(prefix="mha-grade-") as tmp:
         folder = got.folder
         report.notes = list(got.notes.values())
         results_file = Path(tmp) / "results.json"
@@ -283,6 +347,9 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
             report.isolation = data.get("isolation") or ""
             report.timings = _timings(wall_start, data.get("times", {}), report.tests)
             report.grader_peak_mib = float(data.get("peak_mib") or 0.0)
+            why = nothing_to_grade(report.tests) if report.status == "graded" else ""
+            if why:
+                report.status, report.error = "empty", f"no student work found: {why}"
         elif report.status == "graded":
             raise GraderUnavailable("the graders did not run" + _error_lines(log))
     report.execution_time = time.monotonic() - start

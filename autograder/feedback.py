@@ -2,10 +2,11 @@
 
 Per module, the score; for each failed check, what was expected and what
 came back on the smallest failing case, and the likely bug when the output
-matches a known wrong variant (autograder.diagnose). The HTML also draws the
-attention weights the graders recorded (the student's next to the
-reference's). Only messages are shown: never the graders' source or the
-reference solution.
+matches a known wrong variant (autograder.diagnose); the end of what the
+student's code printed. The HTML also draws, next to the check that recorded
+them, the attention weights the graders recorded (the student's next to the
+reference's), and lists the passed checks, folded. Only messages are shown:
+never the graders' source or the reference solution.
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import html
 import io
 import re
 
-from autograder.results import GradeReport, safe_line, safe_text
+from autograder.results import PRINTED_TITLE, GradeReport, safe_line, safe_text
+from autograder.scoring import fmt
 
 _MARKDOWN_PUNCTUATION = re.compile(r"[!-/:-@\[-`{-~]")
 
@@ -39,17 +41,18 @@ def to_markdown(report: GradeReport) -> str:
     if report.status != "graded":
         lines += [f"> Grading {report.status}: {md_inline(report.error.splitlines()[0]) if report.error else ''}",
                   ""]
-    lines += ["| module | score |", "| --- | --- |"]
-    for module, (earned, available) in report.modules().items():
-        lines.append(f"| {module} | {earned:g} / {available:g} |")
+    if report.has_score and report.tests:  # nothing graded: no table of 0 / 0
+        lines += ["| module | score |", "| --- | --- |"]
+        for module, (earned, available) in report.modules().items():
+            lines.append(f"| {module} | {earned:g} / {available:g} |")
     if report.notes:
         lines += ["", "## Files not graded", "", *(f"- {md_inline(n)}" for n in report.notes)]
-    failed = report.failed()
+    failed = report.failed() if report.status != "empty" else []  # empty: the reason above says it all
     if failed:
         lines += ["", "## What to fix", ""]
         for t in failed:
-            lines += [f"### {t.module}: {safe_line(t.name)} (-{t.points:g})", "", *_fenced(t.message), ""]
-    else:
+            lines += [f"### {t.module}: {safe_line(t.name)} (-{_cost(report, t)})", "", *_fenced(t.message), ""]
+    elif report.status == "graded" and report.tests:
         lines += ["", "Every check passed."]
     noted = report.noted()
     if noted:
@@ -59,75 +62,182 @@ def to_markdown(report: GradeReport) -> str:
     skipped = report.skipped()
     if skipped:
         lines += ["", f"_Not graded on this machine: {len(skipped)} checks that need CUDA._"]
+    printed = report.printed()
+    if printed:
+        lines += ["", f"## {PRINTED_TITLE}", "", *_fenced(printed)]
     return "\n".join(lines).rstrip() + "\n"
 
 
+# -- pictures ---------------------------------------------------------------------------------------------
+# A picture is drawn only of a small answer of the expected shape. The student chooses what its weights
+# are: an (N, N) tensor with stride 0 costs it nothing to send, and drawing N * N labelled cells took the
+# trusted process half an hour and 10 GB (issue 15). So the recorded weights are drawn only when they have
+# exactly the shape of the reference's (which the grader computed itself) and at most HEATMAP_MAX_CELLS rows
+# and columns; the sizes are read from the lists' lengths before any element is looked at.
+HEATMAP_MAX_CELLS = 16
+_ANNOTATED_CELLS = 8  # up to this many rows and columns, each cell also shows its value
+
+
+def _matrix_shape(value):
+    """(rows, columns) of a recorded matrix (a list of rows of numbers), or None when it is no such thing.
+
+    One larger than the cap is not scanned: its shape is told from its length and its first row's.
+    """
+    if not isinstance(value, list) or not value or not isinstance(value[0], list) or not value[0]:
+        return None
+    shape = len(value), len(value[0])
+    if max(shape) > HEATMAP_MAX_CELLS:
+        return shape
+    if all(isinstance(row, list) and len(row) == shape[1] and all(isinstance(v, (int, float)) for v in row)
+           for row in value):
+        return shape
+    return None
+
+
+def _cannot_draw(data) -> str:
+    """Why a recorded heatmap is not drawn, one sentence for the student; "" when it can be drawn."""
+    if not isinstance(data, dict):
+        return "nothing that can be drawn was recorded"
+    expected = _matrix_shape(data.get("expected"))
+    if expected is None:
+        return "nothing that can be drawn was recorded"
+    if max(expected) > HEATMAP_MAX_CELLS:
+        return (f"the weights have {expected[0]} x {expected[1]} cells, more than the "
+                f"{HEATMAP_MAX_CELLS} x {HEATMAP_MAX_CELLS} drawn")
+    yours = _matrix_shape(data.get("yours"))
+    if yours != expected:
+        got = "something that is not a matrix of numbers" if yours is None else f"shape {yours}"
+        return f"your weights have {got}, the check expects shape {expected}"
+    return ""
+
+
+def _cell(value) -> str:
+    """A weight as written in its cell: two decimals, or a short exponent form far from [0, 1] (never 300 digits)."""
+    return f"{value:.2f}" if -10 < value < 10 else f"{value:.0e}"
+
+
 def _heatmap_png(data) -> str:
-    """Two heatmaps side by side (yours, expected) as a base64 PNG."""
-    import matplotlib
+    """The student's weights next to the reference's, as a base64 PNG; only for data `_cannot_draw` accepts.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Rows are queries and columns keys, each tick at a cell and labelled with its token (q1, q2 / k1, k2),
+    and the layout is constrained, so that no label runs into the other panel.
+    """
+    from matplotlib.figure import Figure  # no pyplot: no global state, no backend to choose
 
-    fig, axes = plt.subplots(1, 2, figsize=(6.4, 3.0))
-    for ax, key, title in zip(axes, ("yours", "expected"), ("your weights", "expected weights")):
+    rows, cols = _matrix_shape(data["expected"])
+    small = max(rows, cols) <= _ANNOTATED_CELLS
+    size = 9 if small else 7  # the picture shrinks to about half on a phone: as large as the cells allow
+    fig = Figure(figsize=(6.4, 3.2), layout="constrained")
+    axes = fig.subplots(1, 2)
+    for ax, key, title in zip(axes, ("yours", "expected"), ("yours", "reference")):
         values = data[key]
         image = ax.imshow(values, vmin=0, vmax=1, cmap="viridis")
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("key", fontsize=8)
-        ax.set_ylabel("query", fontsize=8)
-        for i, row in enumerate(values):
-            for j, v in enumerate(row):
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if v < 0.5 else "black")
+        ax.set_title(title, fontsize=11)
+        ax.set_xticks(range(cols), [f"k{j + 1}" for j in range(cols)], fontsize=size, rotation=0 if small else 90)
+        ax.set_yticks(range(rows), [f"q{i + 1}" for i in range(rows)], fontsize=size)
+        ax.set_xlabel("key", fontsize=10)
+        ax.set_ylabel("query", fontsize=10)
+        if small:
+            for i, row in enumerate(values):
+                for j, v in enumerate(row):
+                    ax.text(j, i, _cell(v), ha="center", va="center", fontsize=size,
+                            color="white" if not v >= 0.5 else "black")
     fig.colorbar(image, ax=axes, shrink=0.8)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    fig.savefig(buf, format="png", dpi=100)
     return base64.b64encode(buf.getvalue()).decode()
 
 
-_STYLE = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}
+# -- HTML -------------------------------------------------------------------------------------------------
+# Readable on a phone: the viewport meta, pictures that shrink to the width, and long words (a submission
+# id, a tensor printed on one line) broken anywhere rather than pushing the page sideways.
+_STYLE = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222;
+overflow-wrap:anywhere}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3rem .8rem;text-align:left}
-.ok{color:#176f2c}.bad{color:#a4161a}pre{background:#f6f6f6;padding:.6rem;white-space:pre-wrap}
-figure{margin:1rem 0}figcaption{font-size:.9rem;color:#555}"""
+.ok{color:#176f2c}.bad{color:#a4161a}.note{color:#555;font-style:italic}
+pre{background:#f6f6f6;padding:.6rem;white-space:pre-wrap}code{background:#f0f0f0;padding:0 .15rem}
+img{max-width:100%;height:auto}figure{margin:1rem 0}figcaption{font-size:.9rem;color:#555}
+h1{font-size:1.6rem}summary{cursor:pointer;font-weight:600}li{margin:.3rem 0}"""
+
+
+def _e(text) -> str:
+    """Every string shown: its control characters escaped, then HTML-escaped (quotes too: fit for attributes)."""
+    return html.escape(safe_text(text))
+
+
+def _code_spans(text) -> str:
+    """A check's name as HTML: escaped, its `code` spans (Markdown's backticks) as <code>."""
+    return re.sub(r"`([^`\n]+)`", r"<code>\1</code>", _e(text))
+
+
+def _picture(t) -> str:
+    """The attention weights `t` recorded, drawn, or a short note saying why they are not; "" when none."""
+    if "heatmap" not in t.data:
+        return ""
+    data = t.data["heatmap"]
+    why = _cannot_draw(data)
+    if not why:
+        try:
+            png = _heatmap_png(data)
+        except Exception:  # a recording the checks above let through never costs the feedback
+            why = "the weights could not be drawn"
+    if why:
+        return f"<p class='note'>No picture of the attention weights: {_e(why)}.</p>"
+    alt = f"Attention weights for {t.module}: {t.name.replace('`', '')}: yours (left) and the reference's (right)"
+    caption = data.get("title") or t.name
+    return (f'<figure><img alt="{_e(alt)}" src="data:image/png;base64,{png}" width="640" height="320">'
+            f"<figcaption>{_e(caption)}</figcaption></figure>")
+
+
+def _cost(report, t) -> str:
+    """The points a failed check cost, as every format shows them (autograder.scoring: scaled with its module)."""
+    return fmt(report.check_figures(t)[1])
+
+
+def _check(t, heading="h3", report=None) -> str:
+    """One check: its module and name, the points it cost, its message, and its picture."""
+    cost = (f" <span class='bad'>(-{_cost(report, t) if report else f'{t.points:g}'})</span>"
+            if t.status == "failed" else "")
+    message = f"<pre>{_e(t.message)}</pre>" if t.message else ""
+    return f"<{heading}>{_e(t.module)}: {_code_spans(t.name)}{cost}</{heading}>{message}{_picture(t)}"
 
 
 def to_html(report: GradeReport) -> str:
-    def e(text):  # every string shown: its control characters escaped, then HTML-escaped
-        return html.escape(safe_text(text))
-
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Feedback: {e(report.submission)}</title>",
-             f"<style>{_STYLE}</style></head><body>", f"<h1>Feedback</h1><p><b>{e(report.summary_line())}</b></p>"]
+    parts = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+             "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+             f"<title>Feedback for {_e(report.submission)}: multi-head attention</title>",
+             f"<style>{_STYLE}</style></head><body>",
+             f"<h1>Feedback for {_e(report.submission)}: multi-head attention assignment</h1>",
+             f"<p><b>{_e(report.summary_line())}</b></p>"]
     if report.status != "graded":
-        parts.append(f"<p class='bad'>Grading {e(report.status)}: {e(report.error)}</p>")
-    parts.append("<table><tr><th>module</th><th>score</th></tr>")
-    for module, (earned, available) in report.modules().items():
-        cls = "ok" if earned == available and available else "bad"
-        parts.append(f"<tr><td>{e(module)}</td><td class='{cls}'>{earned:g} / {available:g}</td></tr>")
-    parts.append("</table>")
+        parts.append(f"<p class='bad'>Grading {_e(report.status)}: {_e(report.error)}</p>")
+    if report.has_score and report.tests:  # nothing graded: no table of 0 / 0
+        parts.append("<table><tr><th>module</th><th>score</th></tr>")
+        for module, (earned, available) in report.modules().items():
+            cls = "ok" if earned == available and available else "bad"
+            parts.append(f"<tr><td>{_e(module)}</td><td class='{cls}'>{earned:g} / {available:g}</td></tr>")
+        parts.append("</table>")
     if report.notes:
-        parts.append("<h2>Files not graded</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in report.notes) + "</ul>")
-    failed = report.failed()
-    parts.append("<h2>What to fix</h2>" if failed else "<p class='ok'>Every check passed.</p>")
-    for t in failed:
-        parts.append(f"<h3>{e(t.module)}: {e(t.name)} <span class='bad'>(-{t.points:g})</span></h3>"
-                     f"<pre>{e(t.message)}</pre>")
+        parts.append("<h2>Files not graded</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in report.notes) + "</ul>")
+    failed = report.failed() if report.status != "empty" else []  # empty: the reason above says it all
+    if failed:
+        parts.append("<h2>What to fix</h2>")
+    elif report.status == "graded" and report.tests:
+        parts.append("<p class='ok'>Every check passed.</p>")
+    parts += [_check(t, report=report) for t in failed]
     noted = report.noted()
     if noted:
         parts.append("<h2>Passed, with a note</h2>")
-    for t in noted:
-        parts.append(f"<h3>{e(t.module)}: {e(t.name)}</h3><pre>{e(t.message)}</pre>")
-    pictures = [t for t in report.tests if "heatmap" in t.data]
-    if pictures:
-        parts.append("<h2>Your attention weights</h2>")
-        for t in pictures:
-            data = t.data["heatmap"]
-            try:
-                img = _heatmap_png(data)
-            except Exception:  # a malformed recording never costs the feedback
-                continue
-            parts.append(f"<figure><img alt='heatmaps' src='data:image/png;base64,{img}'>"
-                         f"<figcaption>{e(data.get('title', t.name))}</figcaption></figure>")
+        parts += [_check(t) for t in noted]
+    passed = [t for t in report.tests if t.status == "passed" and not t.message]
+    if passed:
+        parts.append(f"<details><summary>Passed checks ({len(passed)})</summary><ul>"
+                     + "".join(f"<li>{_check(t, 'span')}</li>" for t in passed) + "</ul></details>")
+    skipped = report.skipped()
+    if skipped:
+        parts.append(f"<p class='note'>Not graded on this machine: {len(skipped)} checks that need CUDA.</p>")
+    printed = report.printed()
+    if printed:
+        parts.append(f"<h2>{_e(PRINTED_TITLE)}</h2><pre>{_e(printed)}</pre>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

@@ -18,18 +18,28 @@ from pathlib import Path
 
 KIT = Path(__file__).resolve().parent.parent
 TORCH_VERSION = "2.13.0"  # the Makefile's pin (TORCH ?= torch==2.13.0)
+# Gradescope's images have no GPU unless the instructor asks for one, and pip's default index gives Linux the
+# CUDA build of torch (several GB): setup.sh installs the CPU build unless told otherwise (TORCH_CUDA=1, or
+# `gradescope-zip --torch-cuda`, installs pip's default build).
+CPU_INDEX_URL = "https://download.pytorch.org/whl/cpu"
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the zip format's earliest date: no build time in the zip
 EXECUTABLE, REGULAR = 0o100755, 0o100644
 
 SETUP_SH = r"""#!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder image:
 # a virtual environment at $ROOT/venv with torch and the kit's pinned dependencies.
+# torch: the CPU build by default (the images have no GPU unless you ask for one;
+# the CUDA build is several GB). TORCH_CUDA=1: pip's default build, with CUDA.
+# TORCH_INDEX_URL: another pip index for torch; TORCH_VERSION: another version.
 set -euo pipefail
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 DEFAULT_TORCH_VERSION=@TORCH_VERSION@
 DEFAULT_TORCH_INDEX_URL=@TORCH_INDEX_URL@
+DEFAULT_TORCH_CUDA=@TORCH_CUDA@
 TORCH_VERSION="${TORCH_VERSION:-$DEFAULT_TORCH_VERSION}"
-TORCH_INDEX_URL="${TORCH_INDEX_URL:-$DEFAULT_TORCH_INDEX_URL}"  # empty: torch from the default index
+TORCH_CUDA="${TORCH_CUDA:-$DEFAULT_TORCH_CUDA}"
+if [ "$TORCH_CUDA" = 1 ]; then DEFAULT_TORCH_INDEX_URL=""; fi
+TORCH_INDEX_URL="${TORCH_INDEX_URL:-$DEFAULT_TORCH_INDEX_URL}"  # empty: pip's default index (CUDA on Linux)
 
 apt_install() { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y "$@"; }
 
@@ -52,14 +62,19 @@ fi
 
 RUN_AUTOGRADER = r"""#!/usr/bin/env bash
 # Gradescope runs this for every submission. It grades $ROOT/submission with the
-# kit and writes $ROOT/results/results.json. When the grader cannot run student
-# code here (exit 2 with "Autograder failure, not a grade" in the results), it
-# exits 2, so that Gradescope shows an autograder failure, never a 0. When the
-# submission cannot be read, it writes a results.json of its own (score 0, with
-# the reason), and it exits 0.
+# kit, which writes $ROOT/results/results.json whatever the submission holds: a
+# score, or 0 with what was looked for when there is nothing to grade (an empty
+# or unreadable upload). When the grader itself cannot run (it cannot start
+# student code here, or it did not write the results at all), the results say
+# "Autograder failure, not a grade" (never blaming the submission), the cause
+# goes to the log that only instructors see, and this exits non-zero, so that
+# Gradescope shows an autograder failure rather than a grade.
 set -u
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 PY="${PYTHON:-$ROOT/venv/bin/python}"
+# Relative paths are taken from where this was started, before the cd below.
+case "$ROOT" in /*) ;; *) ROOT="$PWD/$ROOT" ;; esac
+case "$PY" in /*) ;; */*) PY="$PWD/$PY" ;; esac
 RESULTS="$ROOT/results/results.json"
 LOG="$(mktemp)"
 mkdir -p "$ROOT/results"
@@ -72,20 +87,20 @@ if cd "$ROOT/source"; then
 fi
 cat "$LOG"  # stdout goes to Gradescope's log, which only instructors see
 
-if [ "$status" -eq 2 ] && grep -q '"Autograder failure, not a grade' "$RESULTS" 2>/dev/null; then
-  rm -f "$LOG"
-  exit 2
-fi
-
-if [ "$status" -ne 0 ] || [ ! -s "$RESULTS" ]; then
-  # The reason is the grader's last line of output, made safe for a JSON string.
-  reason="$(tail -n 1 "$LOG" | tr '\t' ' ' | LC_ALL=C tr -cd ' -~' | sed 's/\\/\\\\/g; s/"/\\"/g')"
-  printf '{"score": 0, "execution_time": 0, "tests": [], "visibility": "visible", "stdout_visibility": "hidden", "output": "%s\\n%s"}\n' \
-    "The autograder could not grade this submission (exit status $status). Upload attention.py, heads.py, masks.py, mha.py and positional.py (or the five notebooks)." \
-    "$reason" >"$RESULTS"
-fi
+# The status the kit wrote (its results.json is indented JSON: these two lines can only be its own
+# top-level extra_data, never a string a submission controls).
 rm -f "$LOG"
-exit 0
+kit_status="$(grep -A1 -x '  "extra_data": {' "$RESULTS" 2>/dev/null | sed -n 's/^    "status": "\([a-z]*\)",*$/\1/p')"
+case "$kit_status" in
+  graded|empty) exit 0 ;;  # a score, or nothing to grade (0, with what was looked for)
+  timeout|error) exit 2 ;;  # the grading did not complete: "Autograder failure" / no score, never a grade
+esac
+
+# The grader wrote nothing: it could not run at all (a broken image, a missing
+# interpreter). Not the student's doing: say so, and leave the cause to the log.
+echo "run_autograder: the grader did not write $RESULTS (exit status $status); its output is above"
+printf '%s\n' '{"score": 0, "execution_time": 0, "tests": [], "visibility": "visible", "stdout_visibility": "hidden", "extra_data": {"status": "error"}, "output": "Autograder failure, not a grade: the autograder could not run. This is not a problem with the submission: the instructor sees the cause in the autograder log."}' >"$RESULTS"
+exit 1
 """
 
 
@@ -97,10 +112,15 @@ def kit_files(kit: Path = KIT) -> list[tuple[str, Path]]:
     return sorted((p.relative_to(kit).as_posix(), p) for p in paths)
 
 
-def setup_sh(torch_version: str = TORCH_VERSION, torch_index_url: str = "") -> str:
-    """setup.sh, with defaults for TORCH_VERSION and TORCH_INDEX_URL (the environment still wins)."""
+def setup_sh(torch_version: str = TORCH_VERSION, torch_index_url: str = CPU_INDEX_URL, cuda: bool = False) -> str:
+    """setup.sh, with defaults for TORCH_VERSION, TORCH_INDEX_URL and TORCH_CUDA (the environment still wins).
+
+    By default torch comes from PyTorch's CPU-only index; `cuda` makes pip's default build (with CUDA) the
+    default, unless `torch_index_url` names another index."""
+    index = "" if cuda and torch_index_url == CPU_INDEX_URL else torch_index_url
     return (SETUP_SH.replace("@TORCH_VERSION@", shlex.quote(torch_version))
-            .replace("@TORCH_INDEX_URL@", shlex.quote(torch_index_url)))
+            .replace("@TORCH_INDEX_URL@", shlex.quote(index))
+            .replace("@TORCH_CUDA@", "1" if cuda else "0"))
 
 
 def _add(zf: zipfile.ZipFile, name: str, data: bytes, mode: int) -> None:
@@ -111,18 +131,20 @@ def _add(zf: zipfile.ZipFile, name: str, data: bytes, mode: int) -> None:
     zf.writestr(info, data)
 
 
-def build_zip(output: Path, *, torch_version: str = TORCH_VERSION, torch_index_url: str = "",
-              kit: Path = KIT) -> list[str]:
+def build_zip(output: Path, *, torch_version: str = TORCH_VERSION, torch_index_url: str = CPU_INDEX_URL,
+              cuda: bool = False, kit: Path = KIT) -> list[str]:
     """Write the Gradescope autograder zip to `output`; return its member names, in order.
 
-    `torch_version` and `torch_index_url` become setup.sh's defaults (Gradescope
-    sets no environment variables at build time); `kit` is the kit's folder.
+    `torch_version`, `torch_index_url` and `cuda` become setup.sh's defaults
+    (Gradescope sets no environment variables at build time; `setup_sh`);
+    `kit` is the kit's folder.
     """
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     names = []
     with zipfile.ZipFile(output, "w") as zf:
-        for name, text in (("setup.sh", setup_sh(torch_version, torch_index_url)), ("run_autograder", RUN_AUTOGRADER)):
+        for name, text in (("setup.sh", setup_sh(torch_version, torch_index_url, cuda)),
+                           ("run_autograder", RUN_AUTOGRADER)):
             _add(zf, name, text.encode(), EXECUTABLE)
             names.append(name)
         for name, path in kit_files(kit):

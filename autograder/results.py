@@ -11,6 +11,8 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from autograder import LEVEL_HELP, MODULES
+from autograder.scoring import fmt
+from autograder.scoring import figures as _figures
 
 # -- student text, made safe to show -------------------------------------------------
 # Every string a submission can influence (exception messages, its printed output, its file and folder
@@ -80,6 +82,13 @@ def csv_value(cell: str) -> str:
     return cell[1:] if cell.startswith("'") else cell
 
 
+# What the student's code printed is shown at its end, at most this many characters, in every format (the
+# README's promise). The sandbox keeps as much (sandbox.LOG_TAIL), but the report cuts it again, whatever
+# came in: a report read back from JSON (`grader_cli.py render`) may hold any length.
+PRINTED_TAIL = 1500
+PRINTED_TITLE = f"Printed output (the last {PRINTED_TAIL} characters at most)"
+
+
 def _listing(title, tests, suffix):
     """Text report lines for `tests` under `title`: each check's name, then its message indented ([] if none)."""
     if not tests:
@@ -118,12 +127,22 @@ class TestResult:
         return [self.module, self.aspect]
 
 
+# What a grading can come to, in every format (the gradebook's status column, JSON's status, Gradescope's
+# extra_data): "graded", a score; "empty", no student work found (the untouched template, an empty folder, a
+# zip that cannot be read), 0 with what was looked for; "timeout" and "error", the grading did not complete
+# (the grader failed, or ran out of time): never a score.
+STATUSES = ("graded", "empty", "timeout", "error")
+AUTOGRADER_FAILURE = "Autograder failure, not a grade"  # how Gradescope's output begins when the grader failed
+NOT_THE_STUDENTS = ("This is not a problem with the submission: the autograder could not run here. The instructor "
+                    "sees the cause in the autograder's log.")
+
+
 @dataclass
 class GradeReport:
     submission: str
     tests: list[TestResult] = field(default_factory=list)
-    status: str = "graded"  # graded | timeout | error
-    error: str = ""
+    status: str = "graded"  # graded | empty | timeout | error (STATUSES)
+    error: str = ""  # why, for every status but "graded" (for "empty": what was looked for and not found)
     execution_time: float = 0.0
     student_output: str = ""
     timings: dict = field(default_factory=dict)
@@ -141,17 +160,31 @@ class GradeReport:
         return sum(t.max_score for t in self.tests)
 
     @property
+    def has_score(self):
+        """Whether this grading gives a score: "graded", and "empty" (0, nothing to grade); "timeout" and
+        "error" never do."""
+        return self.status in ("graded", "empty")
+
+    def figures(self):
+        """Every figure the formats show, on the scale of 100, rounded once (autograder.scoring)."""
+        return _figures(self.tests)
+
+    @property
     def score(self):
-        """Out of 100: the points earned over the points that could be earned on this machine."""
-        return round(100.0 * self.earned / self.available, 2) if self.available else 0.0
+        """Out of 100: the sum of the module figures (autograder.scoring); 0.0 when there is no score (see
+        `has_score`)."""
+        return float(self.figures().total) if self.has_score else 0.0
 
     def modules(self):
-        """module -> (earned, available), in the contract's order."""
-        out = {}
-        for m in MODULES:
-            tests = [t for t in self.tests if t.module == m]
-            out[m] = (sum(t.score for t in tests), sum(t.max_score for t in tests))
-        return out
+        """module -> (figure, maximum) as floats, in the contract's order, on the scale of 100 (a module not
+        graded here: (0.0, 0.0))."""
+        return {m: (float(f.score), float(f.max_score)) if f.graded else (0.0, 0.0)
+                for m, f in self.figures().modules.items() if m in MODULES}
+
+    def check_figures(self, test):
+        """(score, max_score) of one of this report's checks as every format shows it (Decimals)."""
+        index = next(i for i, t in enumerate(self.tests) if t is test)
+        return self.figures().checks[index]
 
     def failed(self):
         return [t for t in self.tests if t.status == "failed"]
@@ -163,23 +196,35 @@ class GradeReport:
         """Checks that passed with something to say (e.g. that they inherit a fault graded elsewhere)."""
         return [t for t in self.tests if t.status == "passed" and t.message]
 
+    def printed(self):
+        """The end of what the student's code printed, raw (each renderer escapes it): at most PRINTED_TAIL
+        characters, blank lines around it dropped; "" when it printed nothing to show. Cutting what is
+        already cut changes nothing, so a report read back from JSON renders the same."""
+        return str(self.student_output or "")[-PRINTED_TAIL:].rstrip().lstrip("\r\n")
+
     # -- formats -------------------------------------------------------------
     def to_dict(self):
+        fig = self.figures()
+        number = (lambda d: None if d is None else float(d))
         return {
             "submission": self.submission,
             "status": self.status,
             "error": self.error,
-            "score": None if self.grader_failure else self.score,
-            "earned": self.earned,
-            "available": self.available,
+            "score": float(fig.total) if self.has_score else None,
+            "max_score": 100,
+            "not_graded": {"checks": fig.skipped_checks, "points": float(fig.skipped_points),
+                           "note": fig.skipped_note()},
             "execution_time": round(self.execution_time, 3),
-            "modules": {m: {"score": e, "max_score": a} for m, (e, a) in self.modules().items()},
-            "tests": [{**asdict(t), "score": t.score, "max_score": t.max_score, "tags": t.tags} for t in self.tests],
+            "modules": {m: {"score": number(f.score), "max_score": number(f.max_score), "graded": f.graded}
+                        for m, f in fig.modules.items()},
+            "tests": [{**asdict(t), "score": float(s), "max_score": float(mx), "tags": t.tags}
+                      for t, (s, mx) in zip(self.tests, fig.checks)],
             "timings": self.timings,
             "isolation": self.isolation,
             "grader_failure": self.grader_failure,
             "notes": self.notes,
             "grader_peak_mib": self.grader_peak_mib,
+            "student_output": self.printed(),
         }
 
     def to_gradescope(self):
@@ -190,38 +235,56 @@ class GradeReport:
         that a student's message shows as the characters it holds, never as
         markup or colours, and its control characters are escaped.
         """
+        fig = self.figures()
         tests = []
-        for number, t in enumerate(self.tests, 1):
+        for number, (t, (score, max_score)) in enumerate(zip(self.tests, fig.checks), 1):
             output = "Passed." if t.status == "passed" else safe_text(t.message)
             if t.status == "passed" and t.message:
                 output = f"Passed. {safe_text(t.message)}"
             if t.status == "skipped":
-                output = f"Not graded here: {safe_text(t.message)}"
+                output = (f"Not graded here: {safe_text(t.message)}; its {t.points:g} points count as the other "
+                          f"checks of {t.module}")
             tests.append({
                 "name": safe_line(f"{t.module}: {t.name}"),
                 "number": str(number),
-                "score": t.score,
-                "max_score": t.max_score,
+                "score": float(score),  # the checks add up to the top-level score exactly (autograder.scoring)
+                "max_score": float(max_score),
                 "status": "failed" if t.status == "failed" else "passed",
                 "output": output,
                 "tags": t.tags,
                 "visibility": "visible",
             })
-        result = {"score": self.score, "execution_time": round(self.execution_time, 3),
+        result = {"score": float(fig.total) if self.has_score else 0.0,
+                  "execution_time": round(self.execution_time, 3),
                   "output": f"{self.summary_line()}\n{self.isolation_line()}".strip(), "tests": tests,
                   "visibility": "visible", "stdout_visibility": "hidden",
-                  "output_format": "text", "test_output_format": "text", "test_name_format": "text"}
+                  "output_format": "text", "test_output_format": "text", "test_name_format": "text",
+                  "extra_data": {"status": self.status}}
         if self.notes:
             result["output"] += "\nFiles not graded:\n" + "\n".join(f"  {safe_line(n)}" for n in self.notes)
         if self.grader_failure:  # run_autograder exits non-zero too: Gradescope shows a failure, not this 0
-            result["output"] = f"Autograder failure, not a grade: {safe_text(self.error)}"
+            result["output"] = (f"{AUTOGRADER_FAILURE}: {safe_text(self.error)}\n{NOT_THE_STUDENTS}")
+        elif self.status == "empty":
+            result["output"] = f"Nothing to grade: {safe_text(self.error)}\n{self.summary_line()}"
         elif self.status != "graded":
             result["output"] = f"{self.summary_line()}\n{safe_text(self.error)}"
+        printed = self.printed()
+        if printed and not self.grader_failure:  # indented, as in the text report: no line of it is the grader's
+            result["output"] += f"\n\n{PRINTED_TITLE}:\n    " + safe_text(printed, "    ")
         return result
 
     def summary_line(self):
-        note = f" (scaled from {self.earned:g}/{self.available:g})" if self.available not in (0, 100) else ""
-        return f"Total: {self.score:g}/100{note}"
+        """The total in one line, as every format states it, with the points not graded here and how they
+        count; "no score" when the grading did not complete."""
+        if self.grader_failure:
+            return "Total: no score (the grader could not run student code here: not the submission's fault)"
+        if not self.has_score:
+            return f"Total: no score (the grading did not complete: {self.status})"
+        fig = self.figures()
+        if self.status == "empty":
+            return f"Total: {fmt(fig.total)}/100 (nothing to grade: no student work found)"
+        note = fig.skipped_note()
+        return f"Total: {fmt(fig.total)}/100" + (f" ({note})" if note else "")
 
     def to_text(self, color=False):
         """The readable report, for a terminal. Every student-derived string goes through safe_text or
@@ -232,21 +295,34 @@ class GradeReport:
         if self.grader_failure:
             return "\n".join([*lines, f"  GRADER FAILURE (no score): {safe_text(self.error, '      ')}"])
         if self.status != "graded":
-            lines.append(f"  {self.status.upper()}: {safe_text(self.error, '      ')}")
-        lines.append("")
-        width = max(len(m) for m in MODULES)
-        for m, (earned, available) in self.modules().items():
-            mark = "ok" if earned == available and available else "  "
-            lines.append(f"  {m:<{width}}  {earned:>5g} / {available:<5g} {mark}")
+            label = "NOTHING TO GRADE" if self.status == "empty" else self.status.upper()
+            lines.append(f"  {label}: {safe_text(self.error, '      ')}")
+        if not self.has_score:  # a grading that did not complete shows no figure at all
+            return "\n".join([*lines, "", self.summary_line()])
+        fig = self.figures()
+        if self.tests:
+            lines.append("")
+            width = max(len(m) for m in fig.modules)
+            for m, f in fig.modules.items():
+                if not f.graded:
+                    lines.append(f"  {m:<{width}}  not graded here")
+                    continue
+                mark = "ok" if f.score == f.max_score else "  "
+                lines.append(f"  {m:<{width}}  {fmt(f.score):>5} / {fmt(f.max_score):<5} {mark}")
         if self.notes:
             lines += ["", f"Files not graded ({len(self.notes)}):", *(f"  {safe_line(n)}" for n in self.notes)]
-        lines += _listing("Failed checks", self.failed(), lambda t: f"  (-{t.points:g})")
+        cost = {id(t): mx for t, (_, mx) in zip(self.tests, fig.checks)}
+        if self.status != "empty":  # nothing to grade: the reason above says it, not every check again
+            lines += _listing("Failed checks", self.failed(), lambda t: f"  (-{fmt(cost[id(t)])})")
         lines += _listing("Passed, with a note", self.noted(), lambda t: "")
         skipped = self.skipped()
         if skipped:
             pts = sum(t.points for t in skipped)
             lines += ["", f"Not graded on this machine ({len(skipped)} checks, {pts:g} points): "
                       + "; ".join(sorted({safe_line(t.message) for t in skipped}))]
+        printed = self.printed()
+        if printed:
+            lines += ["", f"{PRINTED_TITLE}:", "      " + safe_text(printed, "      ")]
         lines += ["", self.summary_line()]
         return "\n".join(lines)
 

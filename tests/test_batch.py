@@ -1,20 +1,25 @@
 """grade-all: a whole class, in parallel, with feedback, a gradebook, and resume."""
 import csv
+import glob
+import os
 import shutil
+import tempfile
 import zipfile
+from decimal import Decimal
 
 import pytest
 from click.testing import CliRunner
 
 from autograder import batch
 from grader_cli import cli
-from tests.conftest import MODULES, SOLUTIONS
+from tests.conftest import MODULES, SOLUTIONS, TEMPLATE
 from tests.corpus import load_corpus, materialize
 
 
 @pytest.fixture(scope="module")
 def classroom(tmp_path_factory):
-    """A mixed class: correct folder, buggy zip, one that loops forever, one that exits at import, a broken zip."""
+    """A mixed class: correct folder, buggy zip, one that loops forever, one that exits at import, a broken zip,
+    the untouched template and an empty folder."""
     root = tmp_path_factory.mktemp("class")
     subs = root / "submissions"
     subs.mkdir()
@@ -27,6 +32,8 @@ def classroom(tmp_path_factory):
     materialize(cases["positional-hangs"], subs / "carol", SOLUTIONS)
     materialize(cases["positional-os-exit-at-import"], subs / "dave", SOLUTIONS)
     (subs / "erin.zip").write_bytes(b"not a zip at all")
+    shutil.copytree(TEMPLATE, subs / "frank", ignore=shutil.ignore_patterns("__pycache__", ".*"))  # untouched
+    (subs / "gina").mkdir()  # an empty folder
     out = root / "out"
     result = CliRunner().invoke(cli, ["grade-all", str(subs), "--output", str(out), "--jobs", "2"],
                                 catch_exceptions=False)
@@ -41,16 +48,51 @@ def rows(out):
 def test_one_row_per_submission_with_its_status(classroom):
     assert classroom["result"].exit_code == 0, classroom["result"].output
     book = rows(classroom["out"])
-    assert sorted(book) == ["alice", "bob.zip", "carol", "dave", "erin.zip"]
+    assert sorted(book) == ["alice", "bob.zip", "carol", "dave", "erin.zip", "frank", "gina"]
     assert book["alice"]["total"] == "100" and book["alice"]["status"] == "graded"
-    assert 0 < float(book["bob.zip"]["total"]) < 100 and float(book["bob.zip"]["attention"]) < 22
+    assert 0 < float(book["bob.zip"]["total"]) < 100 and float(book["bob.zip"]["attention"]) < 23
     for sub in ("carol", "dave"):  # hangs / exits at import: the other modules keep their points
         assert book[sub]["status"] == "graded" and float(book[sub]["positional"]) == 0
         assert float(book[sub]["mha"]) > 0
-    assert book["erin.zip"]["status"] == "error" and "zip" in book["erin.zip"]["error"]
     assert list(book["alice"]) == ["id", "total", *MODULES, "status", "isolation", "grading_time_s", "error",
                                    "fingerprint"]
-    assert book["erin.zip"]["total"] == "" and book["alice"]["isolation"] in ("namespaces", "landlock", "none")
+    assert book["alice"]["isolation"] in ("namespaces", "landlock", "none")
+
+
+def test_nothing_to_grade_is_empty_not_a_real_0_and_says_what_was_looked_for(classroom):
+    """Issue 14: an unreadable zip, the untouched template and an empty folder are "empty" (0, and why), apart
+    from graded work; none of them is an error, and the summary names them."""
+    book = rows(classroom["out"])
+    for sub in ("erin.zip", "frank", "gina"):
+        assert book[sub]["status"] == "empty" and book[sub]["total"] == "0", book[sub]
+        assert book[sub]["error"].startswith("no student work found: "), book[sub]
+    assert "zip" in book["erin.zip"]["error"]
+    assert "NotImplementedError" in book["frank"]["error"] and "untouched template" in book["frank"]["error"]
+    assert "looked for" in book["gina"]["error"] and "attention.py" in book["gina"]["error"]
+    assert all(book[s]["error"] == "" for s in ("alice", "bob.zip")), "graded work has no reason to give"
+    assert "empty (nothing to grade, 0): erin.zip, frank, gina" in classroom["result"].output
+
+
+def test_module_columns_add_up_to_the_total(classroom):
+    """Issue 14: one set of numbers: the module columns are on the promised maxima (23/15/8/40/14), the total is
+    their sum, and the row is what the submission's results.json says."""
+    import json
+
+    for sub, row in rows(classroom["out"]).items():
+        modules = sum(Decimal(row[m]) for m in MODULES)
+        assert Decimal(row["total"]) == modules, (sub, row)
+        results = json.loads((classroom["out"] / sub / "results.json").read_text())
+        assert Decimal(str(results["score"])) == Decimal(row["total"]), (sub, results["score"], row["total"])
+    assert rows(classroom["out"])["alice"]["attention"] == "23"
+
+
+def test_no_path_of_the_instructors_machine_in_what_students_see(classroom):
+    """Issue 14 item 7: feedback and results name a submission by its id, never by where it lies here."""
+    for sub in ("erin.zip", "gina", "bob.zip"):
+        for name in ("feedback.md", "feedback.html", "results.json"):
+            text = (classroom["out"] / sub / name).read_text()
+            assert str(classroom["subs"]) not in text and tempfile.gettempdir() + "/" not in text, (sub, name)
+    assert "erin.zip" in (classroom["out"] / "erin.zip" / "results.json").read_text()
 
 
 def test_every_submission_gets_results_and_feedback(classroom):
@@ -88,15 +130,37 @@ def test_second_run_skips_what_is_graded_and_force_regrades(classroom, monkeypat
         raise RuntimeError("graded again")
 
     monkeypatch.setattr(batch, "grade", record)
+    everyone = ["alice", "bob.zip", "carol", "dave", "erin.zip", "frank", "gina"]
     again = batch.grade_all(classroom["subs"], classroom["out"])
-    assert attempted == ["erin.zip"]  # only the submission that could not be graded is tried again
-    assert sorted(again) == ["alice", "bob.zip", "carol", "dave", "erin.zip"]
-    after = rows(classroom["out"])
-    assert {k: v for k, v in after.items() if k != "erin.zip"} == {k: v for k, v in before.items() if k != "erin.zip"}
+    assert attempted == []  # graded and empty rows are kept while their content is the same
+    assert sorted(again) == everyone
+    assert rows(classroom["out"]) == before
     attempted.clear()
     regraded = batch.grade_all(classroom["subs"], classroom["out"], force=True)
-    assert sorted(attempted) == ["alice", "bob.zip", "carol", "dave", "erin.zip"]
-    assert all(r.status == "error" for r in regraded.values())  # the patched grade raised for each one
+    assert sorted(attempted) == everyone
+    assert all(r.status == "error" and r.total is None for r in regraded.values())  # the patched grade raised
+    assert all(r["total"] == "" and r["attention"] == "" for r in rows(classroom["out"]).values())
+
+
+def test_a_grading_that_did_not_complete_is_never_a_score():
+    from autograder.results import GradeReport
+
+    for status in ("timeout", "error"):
+        row = batch.row_from_report(GradeReport(submission="x", status=status, error="grading did not finish"))
+        cells = row.as_csv()
+        assert row.total is None and cells["total"] == "" and all(cells[m] == "" for m in MODULES), cells
+    empty = batch.row_from_report(GradeReport(submission="x", status="empty", error="no student work found: x"))
+    assert empty.as_csv()["total"] == "0" and empty.as_csv()["status"] == "empty"
+
+
+def test_warm_servers_leave_no_temporary_folder(tmp_path, monkeypatch):
+    """Issue 14: each grade-all run left an empty /tmp/mha-zygote-home-* behind."""
+    from autograder.engine import WarmServers
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # this process's temp folders, and only them
+    with WarmServers() as servers:
+        assert glob.glob(str(tmp_path / "mha-zygote-home-*")) == [servers._home]
+    assert os.listdir(tmp_path) == [], f"left behind: {os.listdir(tmp_path)}"
 
 
 def test_gradebook_is_replaced_atomically(tmp_path):

@@ -1,10 +1,14 @@
 """grader_cli.py: formats, output files, exit codes, zips and partial submissions."""
+import base64
+import importlib.metadata
 import json
+import os
 import shutil
 import subprocess
 import sys
 import zipfile
 
+import pytest
 from click.testing import CliRunner
 
 from grader_cli import cli
@@ -25,6 +29,58 @@ def test_help_explains_every_command():
         assert option in grade_help
 
 
+def test_command_summaries_are_whole_and_grade_names_notebooks():
+    """Issue 14: summaries in --help were cut with "..."; `grade --help` did not say it takes notebooks."""
+    for width in ("80", "60"):
+        out = subprocess.run([sys.executable, "grader_cli.py", "--help"], cwd=ROOT, capture_output=True, text=True,
+                             env={**os.environ, "COLUMNS": width})
+        commands = out.stdout.split("Commands:")[1]
+        assert "..." not in commands, commands  # wrapped on a narrow terminal, never cut
+        if width == "80":
+            assert len(commands.strip().splitlines()) == 8, commands  # one line each
+    grade_help = " ".join(run("grade", "--help").output.split())
+    assert "notebook" in grade_help and "01_attention.ipynb" in grade_help
+
+
+def test_version_names_the_kit_torch_and_the_graders_checksum():
+    from autograder import batch
+
+    result = run("--version")
+    assert result.exit_code == 0, result.output
+    torch_version = importlib.metadata.version("torch")
+    assert f"mha-kit {batch.KIT_VERSION}" in result.output and f"torch {torch_version}" in result.output
+    assert f"graders sha256 {batch.kit_digest()}" in result.output
+
+
+def test_timeouts_have_one_meaning_each():
+    """Issue 14: --timeout was per call on `grade` and per submission on `grade-all`."""
+    for command in ("grade", "grade-all"):
+        text = " ".join(run(command, "--help").output.split())
+        assert "--call-timeout" in text and "one call into the student's code" in text
+        assert "--submission-timeout" in text and "whole grading of one submission" in text
+        assert "--timeout " not in text  # the old name: accepted, with a warning, but no longer offered
+    result = CliRunner().invoke(cli, ["grade", "nope", "--timeout", "5"])
+    assert "--timeout is deprecated" in result.output and "--call-timeout" in result.output
+
+
+def test_the_unzip_limit_is_an_option_with_its_reason(tmp_path):
+    """Issue 14: the 50 MiB cap on what a zip unpacks to was in no --help and could not be changed."""
+    text = " ".join(run("grade", "--help").output.split())
+    assert "--max-unzipped" in text and "zip bomb" in text and "50MiB" in text
+    archive = tmp_path / "big.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("notes.txt", b"\0" * (2 << 20))  # 2 MiB unpacked, a few KB packed
+    out = tmp_path / "report.json"
+    from autograder import intake
+
+    cap = intake.MAX_UNZIPPED
+    result = run("grade", archive, "--max-unzipped", "1MiB", "--format", "json", "--output", out)
+    assert result.exit_code == 2 and "1 MiB limit" in result.output, result.output
+    data = json.loads(out.read_text())
+    assert data["status"] == "empty" and "1 MiB limit" in data["error"]
+    assert intake.MAX_UNZIPPED == cap, "the cap of one grading leaks into the next"
+
+
 def test_missing_path_exits_2(tmp_path):
     result = run("grade", tmp_path / "nope")
     assert result.exit_code == 2
@@ -39,12 +95,34 @@ def test_unreadable_zip_exits_2(tmp_path):
     assert "zip" in result.output
 
 
+@pytest.mark.parametrize("fmt", ["gradescope", "json", "junit", "classroom"])
+def test_unreadable_zip_report_is_empty_names_the_id_and_never_the_path(tmp_path, fmt):
+    """Issue 14 item 7: a corrupt zip's report says there was nothing to grade, consistently, and names the
+    submission by its id: no path of the instructor's machine reaches a student."""
+    bad = tmp_path / "deep" / "folder" / "erin.zip"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"PK\x03\x04 this is not really a zip")
+    out = tmp_path / "report"
+    result = run("grade", bad, "--format", fmt, "--output", out)
+    assert result.exit_code == 2
+    text = out.read_text()
+    if fmt == "classroom":
+        text = base64.b64decode(text).decode()
+    assert str(tmp_path) not in text and str(bad.parent) not in result.output, text
+    assert "erin.zip" in text and "Every check passed" not in text
+    if fmt in ("gradescope", "json"):
+        data = json.loads(text)
+        assert data["score"] == 0
+        assert (data["extra_data"]["status"] if fmt == "gradescope" else data["status"]) == "empty"
+
+
 def test_min_score_exit_1_and_gradescope_file(tmp_path):
     out = tmp_path / "results" / "results.json"
     result = run("grade", TEMPLATE, "--format", "gradescope", "--output", out, "--min-score", 50)
     assert result.exit_code == 1
     data = json.loads(out.read_text())
-    assert data["score"] == 0
+    assert data["score"] == 0 and data["extra_data"] == {"status": "empty"}  # the untouched template
+    assert data["output"].startswith("Nothing to grade: no student work found: every function still raises")
     assert all(t["status"] == "failed" for t in data["tests"] if t["max_score"] > 0)
     assert all(t["score"] == 0 for t in data["tests"])
 
@@ -80,5 +158,11 @@ def test_gradescope_zip_command_writes_the_zip(tmp_path):
     assert result.exit_code == 0, result.output
     with zipfile.ZipFile(out) as zf:
         names = zf.namelist()
+        setup = zf.read("setup.sh").decode()
     assert names[:2] == ["setup.sh", "run_autograder"] and "solutions/mha.py" in names
     assert "setup.sh, run_autograder" in result.output
+    assert "DEFAULT_TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in setup  # the CPU build by default
+    assert run("gradescope-zip", "--output", out, "--torch-cuda").exit_code == 0
+    with zipfile.ZipFile(out) as zf:
+        setup = zf.read("setup.sh").decode()
+    assert "DEFAULT_TORCH_INDEX_URL=''" in setup and "DEFAULT_TORCH_CUDA=1" in setup

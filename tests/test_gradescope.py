@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import zipfile
+from decimal import Decimal
 
 import pytest
 
@@ -57,7 +58,9 @@ def submit_reference(root, **edits):
 
 
 def run_autograder(root, python=sys.executable, exit_status=0, **env_extra):
-    """Run source/run_autograder as Gradescope does (cwd /autograder); return results.json and the log."""
+    """Run source/run_autograder as Gradescope does (cwd /autograder); return results.json and the log.
+
+    A relative `python` is relative to /autograder, where Gradescope starts the script."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # only the unzipped kit may be imported
     env.update(AUTOGRADER_ROOT=str(root), PYTHON=str(python), **env_extra)
     proc = subprocess.run([str(root / "source" / "run_autograder")], cwd=root, env=env,
@@ -136,7 +139,7 @@ def test_scripts_are_valid_bash(gradescope):
         assert check.returncode == 0, check.stderr
     setup = (gradescope / "source" / "setup.sh").read_text()
     assert "requirements.txt" in setup and "torch==" in setup
-    assert "://" not in setup  # no index URL is built in unless the instructor gives one
+    assert setup.count("://") == 1 and "DEFAULT_TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in setup
 
 
 # -- setup.sh, against stand-in commands ------------------------------------------
@@ -176,12 +179,23 @@ def run_setup(tmp_path, zip_kwargs=None, **env_extra):
     return root, calls.read_text().splitlines(), pip
 
 
-def test_setup_installs_pinned_torch_then_requirements(tmp_path):
+CPU = "https://download.pytorch.org/whl/cpu"
+
+
+def test_setup_installs_pinned_cpu_torch_then_requirements(tmp_path):
+    """The CPU build of torch by default: Gradescope's images have no GPU unless asked, the CUDA build is GBs."""
     root, calls, pip = run_setup(tmp_path)
     assert not [c for c in calls if c.startswith("apt-get")]  # python3 >= 3.11 with venv: nothing to install
     assert f"python3 -m venv {root}/venv" in calls
     installs = [c for c in calls if c.startswith(pip)]
-    assert installs == [f"{pip} torch==2.13.0", f"{pip} -r {root}/source/requirements.txt"]
+    assert installs == [f"{pip} torch==2.13.0 --index-url {CPU}", f"{pip} -r {root}/source/requirements.txt"]
+
+
+@pytest.mark.parametrize("how", ["env", "zip"])
+def test_setup_installs_the_cuda_build_when_asked(tmp_path, how):
+    env = {"TORCH_CUDA": "1"} if how == "env" else {}
+    _, calls, pip = run_setup(tmp_path, zip_kwargs={"cuda": True} if how == "zip" else None, **env)
+    assert [c for c in calls if c.startswith(f"{pip} torch")] == [f"{pip} torch==2.13.0"]  # pip's default index
 
 
 def test_setup_on_old_python_installs_python311_and_honours_torch_env(tmp_path):
@@ -208,8 +222,20 @@ def test_reference_solution_scores_100(gradescope):
     check_results_format(data)
     assert data["score"] == 100, log
     assert data["tests"] and all(t["status"] == "passed" for t in data["tests"])
-    graded = [t for t in data["tests"] if t["max_score"] > 0]  # CUDA checks off-GPU: 0 of 0
-    assert sum(t["score"] for t in data["tests"]) == sum(t["max_score"] for t in graded) > 0
+    # the tests add up to the top-level score, CUDA checks off-GPU 0 of 0 (their points count as their module's)
+    assert sum(Decimal(str(t["score"])) for t in data["tests"]) == 100
+    assert sum(Decimal(str(t["max_score"])) for t in data["tests"]) == 100
+
+
+def test_the_readmes_try_out_command_with_a_relative_python(gradescope):
+    """Issue 14: `PYTHON=.venv/bin/python .../run_autograder` failed: the script changes folder first."""
+    submit_reference(gradescope, attention=[("/ math.sqrt(d_k)", "/ d_k")])
+    relative = os.path.relpath(sys.executable, gradescope)
+    assert not os.path.isabs(relative) and "/" in relative
+    data, log = run_autograder(gradescope, relative)
+    assert 0 < data["score"] < 100, log
+    assert sum(Decimal(str(t["score"])) for t in data["tests"]) == Decimal(str(data["score"]))
+    assert str(gradescope) not in data["output"] and all(str(gradescope) not in t["output"] for t in data["tests"])
 
 
 def test_buggy_submission_scores_between_0_and_100(gradescope):
@@ -222,33 +248,41 @@ def test_buggy_submission_scores_between_0_and_100(gradescope):
     assert any(t["name"].startswith("attention:") for t in failed)
 
 
-def test_empty_submission_scores_0(gradescope):
+def test_empty_submission_scores_0_and_says_there_is_nothing_to_grade(gradescope):
     data, log = run_autograder(gradescope)
     check_results_format(data)
     assert data["score"] == 0, log
     assert all(t["score"] == 0 for t in data["tests"])
+    assert data["output"].startswith("Nothing to grade: no student work found: no module found (looked for")
+    assert data["extra_data"] == {"status": "empty"}
 
 
-@pytest.mark.parametrize("problem", ["no submission folder", "grader crashes"])
-def test_results_json_even_when_the_grader_cannot_run(gradescope, problem):
-    python = sys.executable
-    if problem == "no submission folder":  # grader_cli.py exits 2
-        shutil.rmtree(gradescope / "submission")
-        expected = "no such file or folder"
-    else:  # an interpreter that dies before writing anything
-        python = gradescope / "broken-python"
-        python.write_text(textwrap.dedent("""\
-            #!/usr/bin/env bash
-            echo 'Traceback: something "quoted" \\ broke' >&2
-            exit 1
-            """))
-        python.chmod(0o755)
-        expected = 'something "quoted" \\ broke'
-    data, log = run_autograder(gradescope, python)
+def test_no_submission_at_all_is_nothing_to_grade(gradescope):
+    shutil.rmtree(gradescope / "submission")
+    data, log = run_autograder(gradescope)
     check_results_format(data)
-    assert data["score"] == 0 and data["tests"] == []
-    assert "could not grade this submission" in data["output"]
-    assert expected in data["output"], data["output"]
+    assert data["score"] == 0 and data["tests"] == [] and data["extra_data"] == {"status": "empty"}
+    assert data["output"].startswith("Nothing to grade: no student work found: no such file or folder: submission")
+    assert str(gradescope) not in data["output"]
+
+
+def test_an_autograder_that_cannot_run_tells_the_instructor_not_the_student(gradescope):
+    """Issue 14: a broken interpreter used to give the student 0 and "Upload attention.py, ...". Now the results
+    say autograder failure, blame nobody, and run_autograder exits non-zero; the cause is in the log only
+    instructors see."""
+    python = gradescope / "broken-python"
+    python.write_text(textwrap.dedent("""\
+        #!/usr/bin/env bash
+        echo 'Traceback: something "quoted" \\ broke' >&2
+        exit 1
+        """))
+    python.chmod(0o755)
+    data, log = run_autograder(gradescope, python, exit_status=1)
+    check_results_format(data)
+    assert data["tests"] == [] and data["extra_data"] == {"status": "error"}
+    assert data["output"].startswith("Autograder failure, not a grade: the autograder could not run.")
+    assert "not a problem with the submission" in data["output"] and "Upload" not in data["output"]
+    assert 'something "quoted" \\ broke' in log and "did not write" in log
 
 
 def test_a_grader_that_cannot_run_student_code_is_an_autograder_failure_not_a_0(gradescope):
@@ -258,3 +292,4 @@ def test_a_grader_that_cannot_run_student_code_is_an_autograder_failure_not_a_0(
     data, log = run_autograder(gradescope, exit_status=2, MHA_REFUSE="setrlimit@student")
     assert data["output"].startswith("Autograder failure, not a grade:"), data["output"]
     assert "setrlimit" in data["output"] and data["tests"] == [], data
+    assert "not a problem with the submission" in data["output"] and data["extra_data"] == {"status": "error"}

@@ -21,6 +21,7 @@ import re
 import sys
 import unicodedata
 import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
 
 import pytest
 from click.testing import CliRunner
@@ -28,8 +29,8 @@ from click.testing import CliRunner
 from autograder import batch
 from autograder.ci_formats import report_from_dict, to_classroom, to_junit
 from autograder.engine import grade
-from autograder.feedback import to_html, to_markdown
-from autograder.results import GradeReport, csv_cell, csv_value, safe_line, safe_text
+from autograder.feedback import _cost, to_html, to_markdown
+from autograder.results import PRINTED_TAIL, PRINTED_TITLE, GradeReport, csv_cell, csv_value, safe_line, safe_text
 from autograder.results import TestResult as Result
 from grader_cli import cli
 from tests.conftest import SOLUTIONS
@@ -52,7 +53,7 @@ FORMULA_IDS = ['=HYPERLINK("evil.example","click")', "+100", "-1+101", "@SUM(100
 TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
 # The lines of the text report that start at column 0: all of them the grader's own.
 GRADER_LINES = ("Grading ", "Isolation: ", "Files not graded (", "Failed checks (", "Not graded on this machine (",
-                "Total: ")
+                "Total: ", f"{PRINTED_TITLE}:")
 STUDENT_LINE_INDENT = "      "
 
 
@@ -170,9 +171,9 @@ def test_markdown_cannot_be_broken_out_of(status):
         f"expected no HTML, link or image from the student's text, got {sorted(kinds)}"
     headings = [plain(t) for t in tokens if t["type"] == "heading"]
     assert headings == [f"Feedback: {safe_line(HOSTILE_ID)}", "What to fix",
-                        *[f"{t.module}: {t.name} (-{t.points:g})" for t in report.failed()]], headings
+                        *[f"{t.module}: {t.name} (-{_cost(report, t)})" for t in report.failed()], PRINTED_TITLE], headings
     code = [t["raw"].rstrip("\n") for t in tokens if t["type"] == "block_code"]
-    assert code == [safe_text(t.message) for t in report.failed()], code  # each message whole, in its own block
+    assert code == [*(safe_text(t.message) for t in report.failed()), safe_text(report.printed())], code  # each whole
 
 
 def test_html_escapes_markup_and_controls():
@@ -220,6 +221,107 @@ def test_json_keeps_the_data_and_renders_safely_again():
         assert rendered == report.render(fmt) and not raw_controls(rendered, allowed="\n\t"), fmt
 
 
+# -- printed output (issue 13) --------------------------------------------------------------------------
+# What the student's code printed is shown in every format, and it is the student's text like any other: it
+# can try to end its block, open a heading or print the grader's own lines.
+PRINTED_FORGERY = f"Total: 100/100\nFailed checks (0):\n{PRINTED_TITLE}:\n{FORGED}\n\nTotal: 100/100"
+
+
+def printed_report(output, failed=True):
+    tests = [Result("test_values", "checks test_values", "masks", "values", 3, "failed" if failed else "passed",
+                    "expected [[T]], got [[.]]" if failed else "")]
+    return GradeReport(submission="sub", isolation="namespaces", student_output=output, tests=tests)
+
+
+class Headings(HTMLParser):
+    """The text of every h1, h2 and h3 of an HTML page, in `found`."""
+
+    def __init__(self, text):
+        super().__init__()
+        self.depth, self.found = 0, []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        if tag in ("h1", "h2", "h3"):
+            self.depth += 1
+            self.found.append("")
+
+    def handle_endtag(self, tag):
+        if tag in ("h1", "h2", "h3"):
+            self.depth -= 1
+
+    def handle_data(self, data):
+        if self.depth:
+            self.found[-1] += data
+
+
+def test_printed_output_cannot_forge_a_line_of_the_text_report():
+    report = printed_report(PRINTED_FORGERY)
+    text = report.render("text")
+    assert not raw_controls(text), raw_controls(text)
+    foreign = [ln for ln in text.splitlines() if ln and not ln[0].isspace() and not ln.startswith(GRADER_LINES)]
+    assert not foreign, f"expected only the grader's own lines at column 0, got {foreign}"
+    assert [ln for ln in text.splitlines() if ln.startswith("Total")] == [report.summary_line()]
+    assert [ln for ln in text.splitlines() if ln.startswith("Failed checks")] == ["Failed checks (1):"]
+    assert [ln for ln in text.splitlines() if ln.startswith(PRINTED_TITLE)] == [f"{PRINTED_TITLE}:"]
+
+
+def test_printed_output_is_shown_whole_with_each_line_indented_in_the_text_report():
+    report = printed_report(PRINTED_FORGERY)
+    block = "\n".join(STUDENT_LINE_INDENT + ln for ln in safe_text(report.printed()).split("\n"))
+    assert f"{PRINTED_TITLE}:\n{block}\n" in report.render("text")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "markdown", "html", "gradescope"])
+def test_printed_output_is_cut_to_its_last_characters_in_every_format(fmt):
+    """Whatever length came in (here 3 times the bound): its end is shown, and no more than the bound."""
+    report = printed_report("the start\n" + "A" * (3 * PRINTED_TAIL) + "\nthe end")
+    text = report.render(fmt)
+    if fmt in ("json", "gradescope"):
+        data = json.loads(text)
+        text = data["output"] if fmt == "gradescope" else data["student_output"]
+    assert "the end" in text and "the start" not in text
+    assert max(len(run) for run in re.findall("A+", text)) == PRINTED_TAIL - len("\nthe end")
+
+
+def test_printed_output_cannot_break_out_of_its_markdown_fence():
+    report = printed_report(f"{MARKDOWN_BREAKOUT}\n{HOSTILE_ID}\n``````\n## Every check passed", failed=False)
+    tokens = list(walk(markdown_tokens(to_markdown(report))))
+    kinds = {t["type"] for t in tokens}
+    assert not kinds & {"inline_html", "block_html", "link", "image"}, sorted(kinds)
+    assert [plain(t) for t in tokens if t["type"] == "heading"] == ["Feedback: sub", PRINTED_TITLE]
+    assert [t["raw"].rstrip("\n") for t in tokens if t["type"] == "block_code"] == [safe_text(report.printed())]
+
+
+def test_printed_output_is_escaped_in_html():
+    output = f"<script>alert(1)</script></pre><h2>Total: 100/100</h2><img src=x onerror=alert(1)>{FORGED}"
+    text = to_html(printed_report(output))
+    assert not raw_controls(text), raw_controls(text)
+    assert "<script>" not in text and "</pre><h2>" not in text and "<img src=x" not in text
+    assert html.escape(safe_text(output)) in text  # shown whole, as text
+    headings = Headings(text).found
+    assert headings[-1] == PRINTED_TITLE and not [h for h in headings if "100/100" in h], headings
+
+
+def test_printed_output_in_gradescope_is_indented_plain_text():
+    report = printed_report(PRINTED_FORGERY)
+    output = json.loads(report.render("gradescope"))["output"]
+    assert not raw_controls(output), raw_controls(output)
+    lines = output.split("\n")
+    start = lines.index(f"{PRINTED_TITLE}:")
+    assert lines[start + 1:] and all(ln.startswith("    ") for ln in lines[start + 1:]), lines
+    assert [ln for ln in lines if ln.startswith("Total")] == [report.summary_line()], lines
+
+
+def test_printed_output_is_not_added_to_an_autograder_failure():
+    """The student's code never ran (the grader could not start it): Gradescope's output is the failure alone."""
+    report = printed_report(PRINTED_FORGERY)
+    report.status, report.grader_failure, report.error = "error", True, "cannot start the student process"
+    output = report.to_gradescope()["output"]
+    assert output.startswith("Autograder failure, not a grade: cannot start the student process"), output
+    assert PRINTED_TITLE not in output and "100/100" not in output, output
+
+
 # -- the gradebook ------------------------------------------------------------------------------------
 def read_cells(out):
     with open(out / batch.GRADEBOOK, newline="", encoding="utf-8") as fh:
@@ -251,7 +353,7 @@ def test_gradebook_cells_are_neutralised_numbers_kept_and_rows_found_again(tmp_p
         for column in ("id", "status", "isolation", "error"):
             assert not rec[column].startswith(TRIGGERS), f"expected no formula in {column}, got {rec[column]!r}"
             assert not raw_controls(rec[column], allowed=""), rec[column]
-        assert rec["total"] == "75" and rec["masks"] == "3" and rec["mha"] == "0"  # numbers, never prefixed
+        assert rec["total"] == "75" and rec["masks"] == "75" and rec["mha"] == "0"  # numbers, never prefixed
         assert float(rec["grading_time_s"]) >= 0 and rec["error"] == "'=1+1"
     assert sorted(rec["id"] for rec in cells) == sorted(csv_cell(n) for n in names)
     assert "'=HYPERLINK(\"evil.example\",\"click\")" in {rec["id"] for rec in cells}
@@ -327,7 +429,7 @@ def test_grade_all_neutralises_hostile_submission_names(tmp_path):
     assert book["status"] == "graded" and 0 < float(book["total"]) < 100 and float(book["masks"]) == 0
     assert not book["total"].startswith("'")
     bad = cells[safe_line(escaped)]
-    assert bad["status"] == "error" and bad["total"] == ""
+    assert bad["status"] == "empty" and bad["total"] == "0"
     for rec in cells.values():
         for column, value in rec.items():
             assert not value.startswith(TRIGGERS), (column, value)

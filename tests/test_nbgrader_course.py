@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+from decimal import Decimal
 
 import pytest
 
@@ -55,7 +56,20 @@ def course(tmp_path_factory):
     nbgrader(course, "export")
     with open(course / "grades.csv") as fh:
         rows = {row["student_id"]: row for row in csv.DictReader(fh)}
-    return {"sync": sync.stdout, "grades": rows}
+    return {"sync": sync.stdout, "grades": rows, "root": course}
+
+
+def sync(course, *args):
+    return subprocess.run([sys.executable, str(ROOT / "grader_cli.py"), "nbgrader-sync", str(course), *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+def kit_line(output, student):
+    """(total, {module: figure}) of `student` as nbgrader-sync printed them."""
+    line = next(ln for ln in output.splitlines() if ln.startswith(f"{student}: "))
+    total = line.split(": ", 1)[1].split("/")[0]
+    modules = line.rsplit("(", 1)[1].rstrip(")")
+    return Decimal(total), {m: Decimal(v) for m, v in (part.split() for part in modules.split(", "))}
 
 
 def test_correct_submission_gets_full_marks_in_the_gradebook(course):
@@ -72,6 +86,52 @@ def test_buggy_submission_loses_points_in_the_gradebook(course):
 
 def test_untouched_release_scores_zero_in_the_gradebook(course):
     assert float(course["grades"]["carol"]["score"]) == 0
+    assert "carol: 0/100 (empty: nothing to grade)" in course["sync"]
+
+
+def test_the_gradebook_shows_the_kits_figures_exactly(course):
+    """Issue 14: `nbgrader export` gave 59.96000000000001 where the kit said 60. Now every module figure is the
+    kit's, and the exported total is the kit's total, to the cent, with no float noise."""
+    for student in ("alice", "bob", "carol"):
+        exported = course["grades"][student]["score"]
+        total, modules = kit_line(course["sync"], student)
+        assert Decimal(exported) == total, (student, exported, total)
+        assert len(exported.split(".")[-1]) <= 2 or "." not in exported, (student, exported)
+        assert sum(modules.values()) == total
+    bob_total, bob_modules = kit_line(course["sync"], "bob")
+    assert bob_total != int(bob_total), "expected a fractional total, else this proves little"
+    assert bob_modules["heads"] == 15 and bob_modules["attention"] < 23
+
+
+def test_a_misspelled_assignment_exits_2_naming_the_known_ones(course):
+    proc = sync(course["root"], "--assignment", "mah")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "no assignment 'mah'" in proc.stderr and "it knows: mha" in proc.stderr
+
+
+def test_a_score_set_by_hand_is_kept_unless_overwrite_manual(course, monkeypatch):
+    """Issue 14: nbgrader-sync overwrote a score a TA had set by hand."""
+    from nbgrader.api import Gradebook
+
+    monkeypatch.setenv("PATH", nbgrader_env()["PATH"])
+    db = f"sqlite:///{course['root'] / 'gradebook.db'}"
+
+    def attention_cell(gb):
+        nb = gb.find_submission_notebook("01_attention", "mha", "alice")
+        return next(g for g in nb.grades if g.name == "attention-hidden-graders")
+
+    with Gradebook(db) as gb:
+        attention_cell(gb).manual_score = 20.0  # a TA's mark in formgrader
+        gb.db.commit()
+    kept = sync(course["root"], "--student", "alice")
+    assert kept.returncode == 0, kept.stderr
+    assert "kept the score(s) set by hand: attention 20 (the gradebook's total: 97)" in kept.stderr, kept.stderr
+    with Gradebook(db) as gb:
+        assert attention_cell(gb).manual_score == 20.0
+    again = sync(course["root"], "--student", "alice", "--overwrite-manual")
+    assert again.returncode == 0 and "kept" not in again.stderr, again.stderr
+    with Gradebook(db) as gb:
+        assert attention_cell(gb).manual_score == 23.0
 
 
 def test_sync_without_autograde_is_a_clear_error(tmp_path):

@@ -1,10 +1,14 @@
-"""The reference scores 100, the untouched template 0, and the points add up."""
+"""The reference scores 100, the untouched template 0 ("empty": nothing to grade), and the points add up."""
 import json
+from decimal import Decimal
+from types import SimpleNamespace
 
 import pytest
 
-from autograder.engine import GRADERS
-from tests.conftest import MODULES
+from autograder.engine import GRADERS, grade
+from autograder.scoring import nothing_to_grade
+from tests.conftest import MODULES, ROOT
+from tests.test_ci_formats import figures_in_every_format
 
 ASPECTS = {"shape", "values", "worked-example", "mask", "device", "dtype", "errors", "structure", "speedup",
            "dropout", "inputs"}
@@ -23,13 +27,21 @@ def test_every_module_has_points(reference_report):
         assert earned == available, module
 
 
+def test_module_maxima_are_the_sums_of_their_checks_cuda_included(reference_report):
+    """Issue 14: a module's maximum is the same on every machine (the checks that ran count for the skipped
+    CUDA ones), and it is what the nbgrader task cells promise."""
+    points = {m: sum(t.points for t in reference_report.tests if t.module == m) for m in MODULES}
+    assert points == {"attention": 23, "heads": 15, "masks": 8, "mha": 40, "positional": 14}
+    assert {m: top for m, (_, top) in reference_report.modules().items()} == points
+
+
 def test_points_total_100_including_cuda_checks(reference_report):
     assert sum(t.points for t in reference_report.tests) == 100
 
 
 def test_only_cuda_checks_are_skipped(reference_report):
     for t in reference_report.skipped():
-        assert "CUDA" in t.message and t.max_score == 0 and t.score == 0, t.id
+        assert "CUDA" in t.message and reference_report.check_figures(t) == (0, 0), t.id
 
 
 def test_every_result_has_name_tags_and_points(reference_report):
@@ -45,10 +57,35 @@ def test_each_grader_file_is_one_module():
 
 
 def test_template_scores_zero(template_report):
-    assert template_report.status == "graded", template_report.error
     passed = [t.id for t in template_report.tests if t.status == "passed"]
     assert not passed, f"checks that pass on the untouched stubs: {passed}"
     assert template_report.score == 0
+
+
+def test_the_untouched_template_is_empty_not_a_real_0(template_report):
+    """Issue 14: nothing to grade is told apart from work that earns 0: status "empty", and what was found."""
+    assert template_report.status == "empty", (template_report.status, template_report.error)
+    assert template_report.error == ("no student work found: every function still raises NotImplementedError: "
+                                     "the untouched template")
+    assert template_report.has_score and template_report.score == 0
+    assert "NOTHING TO GRADE" in template_report.render("text")
+
+
+def _check(module, status, message):
+    return SimpleNamespace(module=module, status=status, message=message, points=1)
+
+
+def test_nothing_to_grade_needs_every_module_missing_or_a_stub():
+    missing = [_check(m, "failed", f"{m}.py is missing from the submission") for m in MODULES]
+    stub = [_check(m, "failed", "causal_mask(3) raised NotImplementedError") for m in MODULES]
+    cuda = [_check(m, "skipped", "needs CUDA (none on this machine)") for m in MODULES]
+    assert nothing_to_grade(missing + cuda).startswith("no module found (looked for the five modules attention.py")
+    mixed = nothing_to_grade(missing[:2] + stub[2:])
+    assert mixed.startswith("attention.py, heads.py not found") and "masks, mha, positional: every" in mixed
+    wrong = [_check("masks", "failed", "causal_mask(1): expected [[T]], got [[.]]")]
+    assert nothing_to_grade(missing[:4] + wrong) == "", "a wrong answer is work: graded"
+    assert nothing_to_grade(missing[:4] + [_check("masks", "passed", "")]) == ""
+    assert nothing_to_grade(cuda) == "" and nothing_to_grade([]) == ""
 
 
 def test_template_failures_name_not_implemented(template_report):
@@ -69,18 +106,37 @@ def test_gradescope_format(reference_report):
         assert set(test) >= {"name", "score", "max_score", "status", "output", "tags", "visibility"}
         assert test["status"] in ("passed", "failed")
         assert test["tags"][0] in MODULES
+    assert sum(Decimal(str(t["score"])) for t in data["tests"]) == 100  # the tests add up to the score
+    assert sum(Decimal(str(t["max_score"])) for t in data["tests"]) == 100
 
 
 def test_text_report_lists_modules_and_total(template_report):
     text = template_report.render("text")
     for module in MODULES:
         assert module in text
-    assert "Total: 0/100" in text
-    assert "raised NotImplementedError" in text
+    assert "Total: 0/100 (nothing to grade" in text
+    assert "raises NotImplementedError" in text
 
 
 @pytest.mark.parametrize("fmt", ["json"])
 def test_json_format_round_trips(reference_report, fmt):
     data = json.loads(reference_report.render(fmt))
-    assert data["score"] == 100
-    assert sum(m["score"] for m in data["modules"].values()) == data["earned"]
+    assert data["score"] == 100 and data["max_score"] == 100
+    assert sum(Decimal(str(m["score"])) for m in data["modules"].values()) == Decimal(str(data["score"]))
+
+
+@pytest.fixture(scope="module")
+def buggy_report():
+    """The bundled buggy student, graded for real."""
+    return grade(ROOT / "examples" / "buggy-student")
+
+
+def test_a_real_grading_shows_the_same_figures_in_every_format(buggy_report):
+    """Issue 14: the buggy student's figures agree in the text report, JSON, Gradescope, JUnit, the feedback
+    and the gradebook row (the nbgrader gradebook: tests/test_nbgrader_course.py)."""
+    assert buggy_report.status == "graded", buggy_report.error
+    seen = figures_in_every_format(buggy_report)
+    expected = seen["json"]
+    assert 0 < expected[0] < 100 and expected[0] == sum(figure for figure, _ in expected[1].values())
+    for fmt_name, figures in seen.items():
+        assert figures == expected, f"{fmt_name} says {figures}, json says {expected}"

@@ -1,0 +1,292 @@
+"""The HTML feedback, as a student sees it (issues 13 and 15).
+
+A real feedback page, with pictures, a check name holding `code`, long
+unbroken words and printed output, is opened in a headless browser at a
+phone's width (390 px) and a desktop's (1280 px); a script in a copy of the
+page measures it after it has loaded, with every <details> opened, and writes
+what it found into the DOM that the browser dumps. Without a browser
+(chromium-headless-shell, chromium or google-chrome) those tests are skipped,
+saying so. The tests of the pictures themselves (what is drawn, what is not)
+need no browser.
+"""
+import json
+import os
+import shutil
+import subprocess
+from html.parser import HTMLParser
+
+import pytest
+
+from autograder import feedback
+from autograder.feedback import HEATMAP_MAX_CELLS, to_html
+from autograder.results import GradeReport
+from autograder.results import TestResult as Result
+
+BROWSERS = ("chromium-headless-shell", "chromium", "google-chrome", "google-chrome-stable", "chromium-browser")
+PHONE, DESKTOP = 390, 1280
+
+# The tutorial-001 worked example as a student who divides by d_k records it, and a masked 4 x 6 one.
+TUTORIAL = {"title": "tutorial 001: weights of q1, q2 over k1, k2", "yours": [[0.3775, 0.6225], [0.5, 0.5]],
+            "expected": [[0.3302, 0.6698], [0.5, 0.5]]}
+MASKED = {"title": "weights with a mask (first batch item; blocked positions must be 0)",
+          "yours": [[0.5, 0.5, 0, 0, 0, 0], [0.2, 0.3, 0.5, 0, 0, 0], [0.1] * 6, [0.25, 0, 0.25, 0, 0.25, 0.25]],
+          "expected": [[1, 0, 0, 0, 0, 0], [0.4, 0.6, 0, 0, 0, 0], [0.3, 0.3, 0.4, 0, 0, 0], [0.25] * 4 + [0, 0]]}
+LONG_WORD = "weights=" + "0.3775," * 60  # a tensor printed on one line: no space to break at
+
+
+def check(id, name, status="passed", message="", heatmap=None, module="attention", points=3):
+    return Result(id=id, name=name, module=module, aspect="values", points=points, status=status, message=message,
+                  data={"heatmap": heatmap} if heatmap else {})
+
+
+def buggy_report():
+    """A submission that scales by d_k: two pictures of failed checks, one of a passed one, the rest plain."""
+    return GradeReport(submission="examples/buggy-student-" + "x" * 70, student_output=f"debug: {LONG_WORD}\n" * 3,
+                       tests=[
+        check("test_worked_example_seed_001", "reproduces tutorial 001: b1 = (0.33, 0.67), b2 = (0.50, 0.50)",
+              "failed", "tutorial 001: expected b1, b2 = [(0.3302, 0.6698), (0.5000, 0.5000)], got "
+              "[(0.3775, 0.6225), (0.5000, 0.5000)]\nLikely bug: scores divided by d_k instead of sqrt(d_k).",
+              TUTORIAL),
+        check("test_masked_positions_get_zero_weight", "positions where the mask is False get exactly zero weight",
+              "failed", f"mask[0, 0, 1] is False (blocked), so weights[0, 0, 1] should be 0; got {LONG_WORD}",
+              MASKED),
+        check("test_masked_values_match_reference", "with a mask, output and weights match the reference",
+              heatmap=MASKED),
+        check("test_stacked_heads", "StackedMultiHeadAttention keeps num_heads independent CausalAttention heads "
+              "in `heads`", module="mha", points=2),
+        check("test_cuda", "runs on `cuda` and matches the CPU reference", "skipped", "needs CUDA", module="mha"),
+    ])
+
+
+# -- the pictures ------------------------------------------------------------------------------------
+def test_an_oversized_answer_is_neither_drawn_nor_scanned(monkeypatch):
+    """Issue 15: a (5000, 5000) answer (a stride-0 tensor costs the student nothing) where the check expects
+    (2, 2). Its rows are a list that fails the test if anything iterates it: only its length is read."""
+    class Untouchable(list):
+        def __iter__(self):
+            raise AssertionError("the oversized answer was iterated")
+
+        def __getitem__(self, index):
+            if isinstance(index, slice) or index:
+                raise AssertionError(f"the oversized answer was indexed at {index!r}")
+            return super().__getitem__(index)
+
+    row = [0.5] * 5000
+    huge = Untouchable([row] * 5000)
+
+    def never(data):
+        raise AssertionError("an oversized answer was drawn")
+
+    monkeypatch.setattr(feedback, "_heatmap_png", never)
+    report = GradeReport(submission="s", tests=[check("t", "tutorial 001", "failed", "wrong",
+                                                      {**TUTORIAL, "yours": huge})])
+    page = to_html(report)
+    assert "data:image/png" not in page
+    assert "No picture of the attention weights: your weights have shape (5000, 5000), the check expects shape " \
+           "(2, 2)." in page
+
+
+def test_an_answer_of_another_shape_is_not_drawn():
+    report = GradeReport(submission="s", tests=[check("t", "tutorial 001", "failed", "wrong",
+                                                      {**TUTORIAL, "yours": [[0.5, 0.5, 0.0]] * 2})])
+    page = to_html(report)
+    assert "data:image/png" not in page and "your weights have shape (2, 3), the check expects shape (2, 2)" in page
+
+
+def test_a_recording_larger_than_the_cap_is_not_drawn_even_of_the_expected_shape():
+    n = HEATMAP_MAX_CELLS + 1
+    square = [[1 / n] * n for _ in range(n)]
+    report = GradeReport(submission="s", tests=[check("t", "big", "failed", "wrong",
+                                                      {"yours": square, "expected": square})])
+    page = to_html(report)
+    assert "data:image/png" not in page and f"the weights have {n} x {n} cells, more than the 16 x 16 drawn" in page
+
+
+def test_a_malformed_recording_is_a_note_not_a_crash():
+    report = GradeReport(submission="s", tests=[check("t", "tutorial 001", "failed", "wrong",
+                                                      {**TUTORIAL, "yours": [[0.5, "x"], [0.5, 0.5]]})])
+    assert "your weights have something that is not a matrix of numbers" in to_html(report)
+
+
+@pytest.fixture(scope="module")
+def tutorial_figure():
+    """The matplotlib figure of the tutorial-001 picture, laid out as it is saved."""
+    from matplotlib.figure import Figure
+
+    drawn = []
+    save = Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+        drawn.append(fig)
+        return save(fig, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Figure, "savefig", keep)
+        feedback._heatmap_png(TUTORIAL)
+    return drawn[0]
+
+
+def test_the_tutorial_picture_labels_each_cell_with_its_token(tutorial_figure):
+    """Integer ticks, one per query row and key column, labelled q1, q2 and k1, k2 (not -0.5 ... 1.5)."""
+    yours, reference = tutorial_figure.axes[:2]
+    for ax in (yours, reference):
+        assert list(ax.get_xticks()) == [0, 1] and [t.get_text() for t in ax.get_xticklabels()] == ["k1", "k2"]
+        assert list(ax.get_yticks()) == [0, 1] and [t.get_text() for t in ax.get_yticklabels()] == ["q1", "q2"]
+    assert [ax.get_title() for ax in (yours, reference)] == ["yours", "reference"]
+
+
+def test_no_label_of_one_panel_runs_into_the_other(tutorial_figure):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(tutorial_figure)
+    canvas.draw()  # laid out as when it was saved
+    renderer = canvas.get_renderer()
+    yours, reference, colorbar = (ax.get_tightbbox(renderer) for ax in tutorial_figure.axes[:3])
+    assert yours.x1 <= reference.x0, f"the left panel ends at {yours.x1}, the right one starts at {reference.x0}"
+    assert reference.x1 <= colorbar.x0, f"the right panel ends at {reference.x1}, the colour bar at {colorbar.x0}"
+    width, height = tutorial_figure.bbox.width, tutorial_figure.bbox.height
+    for box in (yours, reference, colorbar):  # nothing cut off at the picture's edges
+        assert box.x0 >= 0 and box.y0 >= 0 and box.x1 <= width and box.y1 <= height, box
+
+
+# -- the page, in a browser --------------------------------------------------------------------------
+def find_browser():
+    """A headless Chromium or Chrome: on PATH, or where Debian's chromium-headless-shell package put it."""
+    for name in BROWSERS:
+        path = shutil.which(name)
+        if path:
+            return path
+    try:
+        listed = subprocess.run(["dpkg", "-L", "chromium-headless-shell"], capture_output=True, text=True,
+                                timeout=30).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        listed = []
+    found = [p for p in listed if "/bin/" in p and os.path.isfile(p) and os.access(p, os.X_OK)]
+    return found[0] if found else None
+
+
+# Run once the page and its pictures have loaded, every <details> opened: what a test asserts, as JSON in an
+# attribute of <html> (which changes no layout).
+MEASURE = """<script>
+addEventListener("load", () => {
+  document.querySelectorAll("details").forEach(d => d.open = true);
+  const root = document.documentElement, width = innerWidth, wider = [];
+  for (const el of document.body.querySelectorAll("*")) {
+    const box = el.getBoundingClientRect();
+    if (box.width && (box.left < -0.5 || box.right > width + 0.5 || el.scrollWidth > el.clientWidth + 1))
+      wider.push(el.tagName + " " + Math.round(box.left) + ".." + Math.round(box.right));
+  }
+  const heading = el => { for (let e = el; e; e = e.previousElementSibling) if (/^(H3|SPAN)$/.test(e.tagName))
+    return e.textContent; return ""; };
+  root.dataset.measured = JSON.stringify({
+    width, scrollWidth: root.scrollWidth, wider, lang: root.lang,
+    viewport: (document.querySelector("meta[name=viewport]") || {}).content || "",
+    h1: document.querySelector("h1").textContent,
+    headings: [...document.querySelectorAll("h1, h2, h3, summary, li > span")].map(h => h.textContent),
+    code: [...document.querySelectorAll("h3 code, li > span code")].map(c => c.textContent),
+    passed: [...document.querySelectorAll("details li > span")].map(s => s.textContent),
+    images: [...document.images].map(i => ({alt: i.alt, loaded: i.complete && i.naturalWidth > 0,
+                                            shown: i.getBoundingClientRect().width,
+                                            check: heading(i.closest("figure"))})),
+  });
+});
+</script>"""
+
+
+class _Measured(HTMLParser):
+    def handle_starttag(self, tag, attrs):
+        if tag == "html":
+            self.found = dict(attrs).get("data-measured")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    path = find_browser()
+    if path is None:
+        pytest.skip(f"no headless browser to render the page with (looked for {', '.join(BROWSERS)} on PATH "
+                    "and for Debian's chromium-headless-shell)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    """The buggy report's feedback page, with the measuring script, as a file."""
+    path = tmp_path_factory.mktemp("feedback") / "feedback.html"
+    path.write_text(to_html(buggy_report()).replace("</body>", MEASURE + "</body>"), encoding="utf-8")
+    return path
+
+
+def measure(browser, page, width):
+    """What MEASURE found on `page` in a `width` px wide window."""
+    command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+               f"--window-size={width},900", "--dump-dom", page.as_uri()]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    parser = _Measured()
+    parser.found = None
+    parser.feed(proc.stdout)
+    assert parser.found, f"the browser measured nothing (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    return json.loads(parser.found)
+
+
+@pytest.fixture(scope="module")
+def phone(browser, page):
+    return measure(browser, page, PHONE)
+
+
+@pytest.fixture(scope="module")
+def desktop(browser, page):
+    return measure(browser, page, DESKTOP)
+
+
+def test_the_page_declares_its_language_and_a_viewport_for_phones(phone):
+    assert phone["lang"] == "en"
+    assert phone["viewport"] == "width=device-width, initial-scale=1"
+
+
+def test_the_heading_says_what_the_page_is(phone):
+    assert phone["h1"] == f"Feedback for {buggy_report().submission}: multi-head attention assignment"
+
+
+@pytest.mark.parametrize("view", ["phone", "desktop"])
+def test_nothing_is_wider_than_the_window(view, request):
+    measured = request.getfixturevalue(view)
+    assert measured["width"] == {"phone": PHONE, "desktop": DESKTOP}[view]
+    assert measured["scrollWidth"] <= measured["width"], f"the page scrolls sideways: {measured}"
+    assert measured["wider"] == [], f"expected no element wider than {measured['width']} px: {measured['wider']}"
+
+
+@pytest.mark.parametrize("view", ["phone", "desktop"])
+def test_every_picture_is_shown_within_the_width(view, request):
+    measured = request.getfixturevalue(view)
+    assert len(measured["images"]) == 3, measured["images"]
+    for image in measured["images"]:
+        assert image["loaded"] and 0 < image["shown"] <= measured["width"], image
+
+
+def test_every_picture_has_an_alt_naming_its_check(phone):
+    for image in phone["images"]:
+        name = image["check"].split(": ", 1)[1].split(" (-")[0]
+        assert image["alt"] == f"Attention weights for attention: {name}: yours (left) and the reference's (right)"
+
+
+def test_each_picture_sits_with_the_check_it_explains(phone):
+    assert [image["check"].split(" (-")[0] for image in phone["images"]] == [  # the heading less its cost
+        "attention: reproduces tutorial 001: b1 = (0.33, 0.67), b2 = (0.50, 0.50)",
+        "attention: positions where the mask is False get exactly zero weight",
+        "attention: with a mask, output and weights match the reference"]
+
+
+def test_headings_show_code_not_backticks(phone):
+    assert not [h for h in phone["headings"] if "`" in h], phone["headings"]
+    assert phone["code"] == ["heads"]
+
+
+def test_passed_checks_are_listed_folded(phone):
+    assert phone["passed"] == ["attention: with a mask, output and weights match the reference",
+                               "mha: StackedMultiHeadAttention keeps num_heads independent CausalAttention heads in "
+                               "heads"]
+    assert "Passed checks (2)" in phone["headings"]
+
+
+def test_printed_output_is_shown(phone):
+    assert "Printed output (the last 1500 characters at most)" in phone["headings"]
