@@ -33,6 +33,7 @@ ATTACKS = ("timing-replay-on-retry", "timing-input-table", "timing-burners-durin
 
 def run(name, submission, runs):
     speedups, slowdowns, passed, discarded, rounds = [], [], 0, 0, 0
+    fast, close = 0, 0  # each of the two graded checks on its own
     start = time.monotonic()
     for first in range(0, runs, CHUNK):
         with Sandbox(submission) as sandbox:
@@ -40,6 +41,8 @@ def run(name, submission, runs):
             for i in range(first, min(runs, first + CHUNK)):
                 m = timing.measure_until(remote)
                 passed += timing.passes(m)
+                fast += bool(m.verified and m.vouched and m.fast_enough)
+                close += bool(m.verified and m.vouched and m.close_to_reference)
                 speedups.append(m.speedup)
                 slowdowns.append(m.slowdown)
                 discarded += m.discarded
@@ -49,6 +52,8 @@ def run(name, submission, runs):
     q = lambda xs: f"min {min(xs):.2f}, median {statistics.median(xs):.2f}, max {max(xs):.2f}"  # noqa: E731
     print(f"{name}: {passed}/{runs} passed, {runs - passed}/{runs} failed in {time.monotonic() - start:.0f} s; "
           f"{discarded}/{rounds} rounds discarded (student CPU while the references were timed)\n"
+          f"    checks on their own: faster than the reference stacked module {fast}/{runs}, close to the "
+          f"reference fused module {close}/{runs}\n"
           f"    speedup over the reference stacked module (needs >= {timing.MIN_SPEEDUP:g}): {q(speedups)}\n"
           f"    slowdown against the reference fused module (needs <= {timing.MAX_SLOWDOWN:g}): {q(slowdowns)}",
           flush=True)
