@@ -60,10 +60,12 @@ def pair(value, what, names=("output", "weights")):
     return tuple(tensor(v, f"{what}, {n}") for v, n in zip(value, names))
 
 
-def shape(value, expected, what):
+def shape(value, expected, what, variants=None):
+    """Check the shape of `value`; `variants`, as for close(), may name the likely bug of a wrong one."""
     value = tensor(value, what)
     if tuple(value.shape) != tuple(expected):
-        raise AssertionError(f"{what}: expected shape {tuple(expected)}, got {tuple(value.shape)}")
+        raise AssertionError(f"{what}: expected shape {tuple(expected)}, got {tuple(value.shape)}"
+                             + likely_bug(value, variants))
     return value
 
 
@@ -74,24 +76,54 @@ def dtype(value, expected, what):
     return value
 
 
-def device(value, expected, what):
+def device(value, expected, what, hint=None):
+    """Check that `value` is on `expected`; `hint()`, called only then, may name the likely bug."""
     value = tensor(value, what)
     if value.device.type != torch.device(expected).type:
-        raise AssertionError(f"{what}: expected a tensor on {expected}, got one on {value.device} "
-                             "(create tensors with device=x.device, and keep masks and tables as buffers)")
+        raise AssertionError(f"{what}: expected a tensor on {expected}, got one on {value.device}"
+                             + likely_name(_ask(hint)))
     return value
+
+
+def likely_name(name):
+    """The "Likely bug: ..." line that names `name` (nothing for None)."""
+    return f"\nLikely bug: {name}." if name else ""
+
+
+def _ask(hint):
+    """What `hint()` says, or None (also when asking needs the student process and that fails)."""
+    from autograder.sandbox import StudentError
+
+    try:
+        return hint() if hint else None
+    except StudentError:
+        return None
+
+
+def with_hint(call, hint):
+    """`call()`, a request to the student process; when the student's code raises, the error as an
+    AssertionError with the "Likely bug" line of `hint(error)` (called only then; None: no line)."""
+    from autograder.sandbox import StudentError
+
+    try:
+        return call()
+    except StudentError as exc:
+        name = _ask(lambda: hint(exc)) if exc.kind == "raised" else None
+        if not name:
+            raise
+        raise AssertionError(str(exc) + likely_name(name) + (f"\n{exc.traceback}" if exc.traceback else "")) from None
 
 
 def _fmt(x):
     return f"{x:.4f}" if isinstance(x, float) else repr(x)
 
 
-def likely_bug(got, variants):
-    """A "Likely bug: ..." line when `got` equals one of the known wrong variants (autograder.diagnose)."""
+def likely_bug(got, variants, expected=None):
+    """A "Likely bug: ..." line when `got` equals one of the known wrong variants (autograder.diagnose) that
+    differ from the `expected` value."""
     from autograder.diagnose import match
 
-    name = match(got, variants) if variants else None
-    return f"\nLikely bug: {name}." if name else ""
+    return likely_name(match(got, variants, expected=expected) if variants else None)
 
 
 def close(got, expected, what, *, atol=None, rtol=None, variants=None):
@@ -103,7 +135,7 @@ def close(got, expected, what, *, atol=None, rtol=None, variants=None):
     got = tensor(got, what)
     if tuple(got.shape) != tuple(expected.shape):
         raise AssertionError(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(got.shape)}"
-                             + likely_bug(got, variants))
+                             + likely_bug(got, variants, expected))
     if got.dtype != expected.dtype:
         raise AssertionError(f"{what}: expected dtype {expected.dtype}, got {got.dtype}")
     if got.dtype == torch.bool:
@@ -124,16 +156,16 @@ def close(got, expected, what, *, atol=None, rtol=None, variants=None):
         e = expected.detach().cpu()[index].item()
         where = f" at index {list(index)}" if index else ""
         raise AssertionError(f"{what}: expected {_fmt(e)}{where}, got {_fmt(g)} "
-                             f"({count} of {got.numel()} entries differ)" + likely_bug(got, variants))
+                             f"({count} of {got.numel()} entries differ)" + likely_bug(got, variants, expected))
     return got
 
 
-def unchanged(after, before, what):
-    """Check that an input tensor came back as it was sent."""
+def unchanged(after, before, what, variants=None):
+    """Check that an input tensor came back as it was sent; `variants` may name how it was changed."""
     after = tensor(after, what)
     if after.shape != before.shape or not torch.equal(after, before):
-        raise AssertionError(f"{what} was modified in place; leave the inputs untouched "
-                             "(use out-of-place ops such as masked_fill, not masked_fill_)")
+        raise AssertionError(f"{what} was modified in place; leave the inputs untouched (compute new tensors "
+                             "with out-of-place operations)" + likely_bug(after, variants))
 
 
 def rows(t, decimals=4):

@@ -5,28 +5,58 @@ the common mistakes would have produced on the same inputs (the reference
 computation with one step changed) and check whether the student's output
 matches one of them: "your weights equal softmax without the 1/sqrt(d_k)
 scaling". Every variant here is computed, none is a canned message keyed to
-a test.
+a test: a hint is shown only when the student's output equals what its bug
+produces, and nothing is said otherwise.
+
+The attention modules (mha.py) are diagnosed the same way: their reference
+wiring (projections, split, mask, softmax, merge, output projection) is run
+here with the student's own weights and one step changed (`module_variants`).
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
+import torch.nn.functional as F
 
 from solutions import masks as ref_masks
 from solutions import positional as ref_positional
 
+# The sentence added to a variant whose rows end up with every key blocked (softmax of a row of -inf is NaN).
+NAN_ROWS = "the softmax of a row where every score is -inf is NaN (0/0)"
 
-def _attention(q, k, v, mask=None, *, scale=None, dim=-1, blocked_when=False, mask_after=False):
-    """The reference attention with one step parameterised."""
+
+def _attention(q, k, v, mask=None, *, scale=None, dim=-1, blocked_when=False, mask_after=False, mask_op=None):
+    """The reference attention with one step parameterised.
+
+    mask_op: how the mask reaches the scores, for the mistakes that build it wrongly:
+    "transposed" (mask.transpose(-2, -1)), "unsqueezed" (mask.unsqueeze(1), seed 000's step for heads,
+    done once too often), "times-inf" (scores + (~mask) * -inf: 0 * -inf is NaN where the mask allows).
+    """
     scale = 1 / math.sqrt(q.size(-1)) if scale is None else scale
     scores = q @ k.transpose(-2, -1) * scale  # (..., L, S)
-    if mask is not None and not mask_after:
+    if mask is not None and mask_op == "transposed":
+        mask = mask.transpose(-2, -1)
+    elif mask is not None and mask_op == "unsqueezed":
+        mask = mask.unsqueeze(1)
+    if mask is not None and mask_op == "times-inf":
+        scores = scores + (~mask).to(scores.dtype) * float("-inf")
+    elif mask is not None and not mask_after:
         scores = scores.masked_fill(mask == blocked_when, float("-inf"))
     weights = torch.softmax(scores, dim=dim)
     if mask is not None and mask_after:
         weights = weights.masked_fill(~mask, 0.0)
     return weights @ v, weights
+
+
+def _nan_rows(weights, clean):
+    """Whether `weights` (..., L, S) has rows that are all NaN where the reference `clean` has none."""
+    return bool((torch.isnan(weights).all(-1) & ~torch.isnan(clean).any(-1)).any())
+
+
+def _with_nan(name, weights, clean):
+    return f"{name}; rows with every key blocked come out NaN: {NAN_ROWS}" if _nan_rows(weights, clean) else name
 
 
 def attention_variants(q, k, v, mask=None):
@@ -40,28 +70,74 @@ def attention_variants(q, k, v, mask=None):
     if d_v != d_k:
         out["scores divided by sqrt(d_v), the value size, instead of sqrt(d_k)"] = \
             _attention(q, k, v, mask, scale=1 / math.sqrt(d_v))
-    if mask is not None:
-        out["the mask's polarity inverted: you blocked the positions where the mask is True"] = \
-            _attention(q, k, v, mask, blocked_when=True)
-        out["the mask applied after the softmax, so the weights are not renormalised"] = \
-            _attention(q, k, v, mask, mask_after=True)
+    output, weights = _attention(q, k, v, mask)
+    out["you return (weights, output); the contract's order is (output, weights)"] = (weights, output)
+    if mask is None:
+        return out
+    clean = weights
+    inverted = _attention(q, k, v, mask, blocked_when=True)
+    out[_with_nan("the mask's polarity inverted: you blocked the positions where the mask is True", inverted[1],
+                  clean)] = inverted
+    out["the mask applied after the softmax, so the weights are not renormalised"] = \
+        _attention(q, k, v, mask, mask_after=True)
+    out["the mask is never applied (the weights are those without a mask)"] = _attention(q, k, v)
+    times_inf = _attention(q, k, v, mask, mask_op="times-inf")
+    out["your additive mask multiplies -inf by the mask: 0 * -inf is NaN at every allowed position, and a row "
+        "with a NaN is all NaN after the softmax; fill with masked_fill(~mask, float('-inf')) or torch.where "
+        "instead"] = times_inf
+    if mask.size(-1) == mask.size(-2):
+        transposed = _attention(q, k, v, mask, mask_op="transposed")
+        out[_with_nan("the mask applied on the wrong axes (transposed): mask[..., i, j] is for query i and key j",
+                      transposed[1], clean)] = transposed
+    try:
+        out["the mask broadcast over the wrong dimension: mask.unsqueeze(1) (seed 000's step to share a mask "
+            "between heads) inside scaled_dot_product_attention, whose mask already broadcasts to (..., L, S)"] = \
+            _attention(q, k, v, mask, mask_op="unsqueezed")
+    except RuntimeError:
+        pass  # that mistake raises on these shapes: nothing to match
+    return out
+
+
+def dropout_variants(q, k, v, pattern):
+    """name -> (output, weights) of the usual mistakes with the dropout module (`pattern`: its multipliers)."""
+    _, weights = _attention(q, k, v)
+    out = {
+        "the dropout module is never applied (your weights and output are those without dropout)":
+            (weights @ v, weights),
+        "dropout applied to the weights, but the output computed from the weights before dropout":
+            (weights @ v, weights * pattern),
+    }
+    for name, (o, w) in attention_variants(q, k, v).items():
+        if w.shape == pattern.shape:  # the mistakes of the weights, then dropout as it should be
+            out[name] = ((w * pattern) @ v, w * pattern)
     return out
 
 
 def split_variants(x, num_heads):
     B, T, d = x.shape
+    hd = d // num_heads  # head_dim
     return {
-        "your heads come from view without transpose: (B, T, d_model) viewed straight as (B, H, T, d_k)":
-            x.reshape(B, num_heads, T, d // num_heads),
-        "head h takes every H-th feature (view as (B, T, d_k, H)) instead of features h*d_k:(h+1)*d_k":
-            x.reshape(B, T, d // num_heads, num_heads).permute(0, 3, 1, 2),
+        "your heads come from view without transpose: (B, T, d_model) viewed straight as (B, H, T, head_dim)":
+            x.reshape(B, num_heads, T, hd),
+        "head h takes every H-th feature (view as (B, T, head_dim, H)) instead of the features "
+        "h*head_dim:(h+1)*head_dim": x.reshape(B, T, hd, num_heads).permute(0, 3, 1, 2),
+        "you transposed the wrong axes: view(B, T, H, head_dim).transpose(2, 3) gives (B, T, head_dim, H); the "
+        "heads come before the tokens with transpose(1, 2)": x.reshape(B, T, num_heads, hd).transpose(2, 3),
+        "you transposed the wrong axes: x.transpose(1, 2) before the view mixes the tokens into the features; "
+        "view as (B, T, H, head_dim) first, then transpose(1, 2)": x.transpose(1, 2).reshape(B, num_heads, T, hd),
     }
 
 
 def merge_variants(x):
-    B, H, T, d_k = x.shape
-    return {"your merge uses view without transposing the heads back: (B, H, T, d_k) viewed as (B, T, H*d_k)":
-            x.reshape(B, T, H * d_k)}
+    B, H, T, hd = x.shape  # hd: head_dim
+    return {
+        "your merge uses view without transposing the heads back: (B, H, T, head_dim) viewed as "
+        "(B, T, H * head_dim)": x.reshape(B, T, H * hd),
+        "your merge puts the heads in the wrong order: feature c of head h lands at c*H + h (permute(0, 2, 3, 1)) "
+        "instead of h*head_dim + c (transpose(1, 2), then view)": x.permute(0, 2, 3, 1).reshape(B, T, H * hd),
+        "your merge transposes the wrong axes: transpose(2, 3) swaps the tokens and the features; swap the heads "
+        "and the tokens with transpose(1, 2)": x.transpose(2, 3).reshape(B, T, H * hd),
+    }
 
 
 def mask_variants(seq_len):
@@ -92,19 +168,227 @@ def encoding_variants(seq_len, d_model):
     }
 
 
-def match(got, variants, atol=1e-4):
-    """The name of the first variant that `got` equals, or None."""
-    if not isinstance(got, torch.Tensor):
+def table_variants(max_len, d_model):
+    """name -> the buffer `pe` that the usual mistakes keep, for PositionalEncoding(d_model, max_len)."""
+    pe = ref_positional.sinusoidal_encoding(max_len, d_model)
+    return {"your pe has a leading batch dim, (1, max_len, d_model) (pe.unsqueeze(0), as in the Annotated "
+            "Transformer); here it is (max_len, d_model) and forward adds pe[:T]": pe.unsqueeze(0),
+            **encoding_variants(max_len, d_model)}
+
+
+# -- the attention modules (mha.py) -------------------------------------------------------------------------
+
+def _linear(params, name, x):
+    return F.linear(x, params[f"{name}.weight"], params.get(f"{name}.bias"))
+
+
+def _split(t, H, how):
+    B, T, d = t.shape
+    hd = d // H
+    if how == "no-transpose":
+        return t.reshape(B, H, T, hd)
+    if how == "strided":
+        return t.reshape(B, T, hd, H).permute(0, 3, 1, 2)
+    return t.reshape(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
+
+
+def _merge(c, how):
+    B, H, T, hd = c.shape
+    if how == "no-transpose":
+        return c.reshape(B, T, H * hd)
+    if how == "interleaved":
+        return c.permute(0, 2, 3, 1).reshape(B, T, H * hd)  # (B, T, hd, H): feature c*H + h
+    if how == "wrong-axes":
+        return c.transpose(2, 3).reshape(B, T, H * hd)
+    return c.transpose(1, 2).reshape(B, T, H * hd)  # (B, T, H*hd)
+
+
+def _causal_mask(T, how):
+    allowed = torch.ones(T, T, dtype=torch.bool).tril()  # True = may attend
+    return {"none": None, "transposed": allowed.T, "no-diagonal": allowed.tril(-1)}.get(how, allowed)
+
+
+def _head(params, x, prefix="", *, mask="causal", **att):
+    q, k, v = (_linear(params, f"{prefix}W{p}", x) for p in "qkv")  # (B, T, d_out)
+    return _attention(q, k, v, _causal_mask(x.shape[1], mask), **att)[0]  # (B, T, d_out)
+
+
+def _fused(params, x, H, *, split="transpose", merge="transpose", mask="causal", **att):
+    q, k, v = (_split(_linear(params, f"W{p}", x), H, split) for p in "qkv")  # (B, H, T, hd)
+    context = _attention(q, k, v, _causal_mask(x.shape[1], mask), **att)[0]  # (B, H, T, hd)
+    return _linear(params, "Wo", _merge(context, merge))  # (B, T, d_out)
+
+
+# The attention steps of every module: name -> knobs; "{w}" is the key size's name (head_dim, or d_out for one head)
+_ATTENTION_STEPS = (
+    ("the causal mask is never applied, so every position attends to the later ones", {"mask": "none"}),
+    ("your causal mask is applied on the wrong axes (transposed, the upper triangle): query i attends to the "
+     "keys j >= i, the future, instead of j <= i; rows are queries, columns are keys", {"mask": "transposed"}),
+    ("your causal mask is inverted: you fill the positions the mask allows with -inf (masked_fill(mask, -inf) on "
+     "a mask whose True means 'may attend'), so query i attends only to the keys j > i", {"blocked_when": True}),
+    ("your causal mask blocks the diagonal: a position must attend to itself", {"mask": "no-diagonal"}),
+    ("the causal mask applied after the softmax (weights zeroed, not renormalised): mask the scores before "
+     "the softmax", {"mask_after": True}),
+    ("softmax without the 1/sqrt({w}) scaling", {"scale": 1.0}),
+    ("scores divided by {w} instead of sqrt({w})", {"scale": "w"}),
+    ("softmax over the queries (dim=-2) instead of over the keys (dim=-1)", {"dim": -2}),
+)
+
+
+_UNFIT = (KeyError, RuntimeError, ValueError, TypeError, IndexError)  # parameters that do not fit the wiring
+
+
+def _step_variants(run, width, width_name, clean, extra=()):
+    """name -> output of `run(**knobs)` for every attention step changed, and the `extra` ones; the key size
+    is `width`, named `width_name` in the messages."""
+    out = {}
+    for name, knobs in (*_ATTENTION_STEPS, *extra):
+        knobs = {k: (1 / width if v == "w" else v) for k, v in knobs.items()}
+        try:
+            with torch.no_grad():
+                value = run(**knobs)
+        except _UNFIT:
+            continue
+        name = name.replace("{w}", width_name)
+        if _same(value, clean, 1e-4):
+            continue  # on this input the mistake changes nothing: no evidence either way
+        if ("mask" in knobs or "blocked_when" in knobs) and _nan_rows(value, clean):
+            name += f"; a position with every key blocked gets NaN: {NAN_ROWS}"
+        out[name] = value
+    return out
+
+
+_FUSED_WIRING = (  # the fused module's own steps: name -> knobs
+    ("you split the heads with view(B, H, T, head_dim) alone, without view(B, T, H, head_dim).transpose(1, 2), so "
+     "each head's rows mix the features of different tokens (and positions see later tokens)",
+     {"split": "no-transpose"}),
+    ("you merge the heads with view(B, T, d_out) alone, without transpose(1, 2) first, so each output row mixes "
+     "the heads of different tokens", {"merge": "no-transpose"}),
+    ("you split and merge the heads with view alone, without transpose: split with view(B, T, H, head_dim)"
+     ".transpose(1, 2), merge with transpose(1, 2) then view(B, T, d_out)",
+     {"split": "no-transpose", "merge": "no-transpose"}),
+    ("head h takes every H-th feature (view(B, T, head_dim, H)) instead of the features h*head_dim:(h+1)*head_dim",
+     {"split": "strided"}),
+    ("you merge the heads in the wrong order: feature c of head h lands at c*H + h instead of h*head_dim + c "
+     "(transpose(1, 2), then view(B, T, d_out))", {"merge": "interleaved"}),
+    ("your merge transposes the wrong axes: transpose(2, 3) swaps the tokens and the features; swap the heads and "
+     "the tokens with transpose(1, 2)", {"merge": "wrong-axes"}),
+)
+
+
+def _wiring(name, params, x, num_heads):
+    """(run, key size, its name, extra mistakes) for the reference wiring of `name` with `params` on `x`:
+    run(**knobs) is its output with the steps `knobs` changed (none: the reference's computation)."""
+    if name in ("CausalAttention", "StackedMultiHeadAttention"):
+        stacked = name == "StackedMultiHeadAttention"
+        H = len({k.split(".")[1] for k in params if k.startswith("heads.")}) if stacked else 1
+        prefixes = [f"heads.{h}." for h in range(H)] if stacked else [""]
+        d_in, d_out = x.shape[-1], params[f"{prefixes[0]}Wq.weight"].shape[0]
+
+        def run(cat_dim=-1, **kn):  # every head with the same mistake, concatenated on `cat_dim`
+            return torch.cat([_head(params, x, prefix, **kn) for prefix in prefixes], dim=cat_dim)
+
+        extra = ()
+        if d_in != d_out:
+            extra += (("scores divided by sqrt(d_in), the input width (x.size(-1)), instead of sqrt(d_out), the key "
+                       "size", {"scale": 1 / math.sqrt(d_in)}),)
+        if stacked:
+            extra += (("the heads concatenated on dim=1 (the tokens) instead of the last dim (the features)",
+                       {"cat_dim": 1}),)
+        return run, d_out, "d_out", extra
+    if name == "MultiHeadAttention" and num_heads:
+        d_out = params["Wq.weight"].shape[0]
+        extra = (*_FUSED_WIRING, ("scores divided by sqrt(d_out), the full width, instead of sqrt(head_dim)",
+                                  {"scale": 1 / math.sqrt(d_out)}))
+        # with one head, the split, merge and width mistakes change nothing
+        return (lambda **kn: _fused(params, x, num_heads, **kn)), d_out // num_heads, "head_dim", \
+            extra if num_heads > 1 else ()
+    return None
+
+
+def module_variants(name, params, x, num_heads=None):
+    """name -> what the usual mistakes make `name` (CausalAttention, StackedMultiHeadAttention or
+    MultiHeadAttention) output for `x`, computed with the student's parameters `params`; {} when those
+    parameters do not fit the reference wiring (a structure check reports that)."""
+    try:
+        wiring = _wiring(name, {k: v.detach().to(x.dtype) for k, v in params.items()}, x, num_heads)
+        if wiring is None:
+            return {}
+        run, width, width_name, extra = wiring
+        with torch.no_grad():
+            clean = run()
+        return _step_variants(run, width, width_name, clean, extra)
+    except _UNFIT:
+        return {}
+
+
+def module_output(name, params, x, num_heads=None):
+    """What the reference wiring of `name` outputs for `x` with the parameters `params`, or None when they
+    do not fit it."""
+    try:
+        wiring = _wiring(name, {k: v.detach().to(x.dtype) for k, v in params.items()}, x, num_heads)
+        with torch.no_grad():
+            return None if wiring is None else wiring[0]()
+    except _UNFIT:
+        return None
+
+
+def init_order(params, d_in, d_out, seed, qkv_bias=False):
+    """How a fused MultiHeadAttention built after torch.manual_seed(seed) got its weights `params`.
+
+    None when they are the reference's (Wq, Wk, Wv, then Wo, each a default nn.Linear), or when the module
+    has other parameters than those (not a question of init); else the creation order that gives them, as a
+    tuple of names, or () when no order of those four layers does.
+    """
+    from torch import nn
+
+    def made(order):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            layers = {n: nn.Linear(d_out if n == "Wo" else d_in, d_out, bias=(n == "Wo") or qkv_bias) for n in order}
+        return {f"{n}.{p}": t.detach() for n, layer in layers.items() for p, t in layer.named_parameters()}
+
+    def same(a):
+        return set(a) == set(params) and all(
+            params[k].shape == a[k].shape and torch.allclose(params[k].detach().cpu().double(), a[k].double(),
+                                                             atol=1e-6) for k in a)
+
+    reference = ("Wq", "Wk", "Wv", "Wo")
+    expected = made(reference)
+    if set(params) != set(expected) or same(expected):
+        return None  # other parameters: a structure check says so; the same ones: the weights are right
+    for order in itertools.permutations(reference):
+        if order != reference and same(made(order)):
+            return order
+    return ()
+
+
+def _same(a, b, atol):
+    if a.shape != b.shape:
+        return False
+    if a.dtype == torch.bool or b.dtype == torch.bool:
+        return a.dtype == b.dtype and torch.equal(a, b)
+    return torch.allclose(a.double(), b.double(), atol=atol, rtol=1e-3, equal_nan=True)
+
+
+def match(got, variants, atol=1e-4, expected=None):
+    """The name of the variant that `got` equals, or None. A variant that equals the `expected` value (on
+    these inputs the mistake changes nothing) is no evidence and never matches; when several mistakes give
+    `got` on these inputs, the name says so and names them all, the evidence favouring none."""
+    if not isinstance(got, torch.Tensor) or got.is_meta:
         return None
     got = got.detach().cpu()
+    if isinstance(expected, torch.Tensor):
+        expected = expected.detach().cpu()
+    names = []
     for name, value in variants.items():
+        if not isinstance(value, torch.Tensor):
+            continue
         value = value.detach().cpu()
-        if got.shape != value.shape:
+        if isinstance(expected, torch.Tensor) and _same(value, expected, atol):
             continue
-        if got.dtype == torch.bool or value.dtype == torch.bool:
-            if got.dtype == value.dtype and torch.equal(got, value):
-                return name
-            continue
-        if torch.allclose(got.double(), value.double(), atol=atol, rtol=1e-3, equal_nan=True):
-            return name
-    return None
+        if _same(got, value, atol):
+            names.append(name)
+    if len(names) > 1:
+        return f"{names[0]} (or, giving the same output here: " + "; or ".join(names[1:]) + ")"
+    return names[0] if names else None

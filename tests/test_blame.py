@@ -27,10 +27,10 @@ CAUSAL_FORWARD = ('''        B, T, _ = x.shape
         return context  # (B, T, d_out)
 ''')
 FUSED_FORWARD = ('''        B, T, _ = x.shape
-        H, hd = self.num_heads, self.head_dim
-        q = self.Wq(x).view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
-        k = self.Wk(x).view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
-        v = self.Wv(x).view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
+        H, hd = self.num_heads, self.head_dim  # hd: head_dim
+        q = self.Wq(x).view(B, T, H, hd).transpose(1, 2)  # (B, H, T, head_dim)
+        k = self.Wk(x).view(B, T, H, hd).transpose(1, 2)  # (B, H, T, head_dim)
+        v = self.Wv(x).view(B, T, H, hd).transpose(1, 2)  # (B, H, T, head_dim)
         scores = q @ k.transpose(2, 3) / math.sqrt(hd)  # (B, H, T, T)
         scores = scores.masked_fill(~self.mask[:T, :T], float("-inf"))
         weights = self.dropout(torch.softmax(scores, dim=-1))  # (B, H, T, T)
@@ -43,8 +43,8 @@ FUSED_FORWARD = ('''        B, T, _ = x.shape
 ''')
 BUGS = {
     "attention": ("/ math.sqrt(d_k)  # (..., L, S)", "/ d_k  # (..., L, S)"),
-    "heads": ("return x.view(B, T, num_heads, d_k).transpose(1, 2)  # (B, H, T, d_k)",
-              "return x.view(B, num_heads, T, d_k)  # (B, H, T, d_k)"),
+    "heads": ("return x.view(B, T, num_heads, d_k).transpose(1, 2)  # (B, H, T, head_dim)",
+              "return x.view(B, num_heads, T, d_k)  # (B, H, T, head_dim)"),
     "masks": ("return torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool, device=device))",
               "return torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool, device=device))"),
 }

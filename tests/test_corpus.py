@@ -2,10 +2,18 @@
 
 The cases are data (`tests/corpus/submissions.toml`): each is the reference
 solution with a few textual patches. Adding a case is adding one entry.
+A bug's report prints exactly the "Likely bug" diagnoses its `diagnosis`
+lists (none when it lists none): a hint is shown only where the evidence
+supports it; a correct style gets no message at all.
 """
 import pytest
+import torch
 
+from autograder import diagnose
 from autograder.engine import grade
+from autograder.graders.common import params_of, random_mask, randn
+from solutions import attention as ref_attention
+from solutions import mha as ref_mha
 from tests.conftest import SOLUTIONS
 from tests.corpus import load_corpus, materialize
 
@@ -30,6 +38,17 @@ def test_planted_bug_loses_points_in_its_own_module_only(case, tmp_path):
     assert not others, f"{case.id} also lost points in {others}"
     for t in report.failed():
         assert t.message, t.id
+    printed = likely_bugs(report)
+    assert printed == set(case.diagnosis), (
+        f"{case.id} ({case.description}): diagnoses printed {sorted(printed)}, expected {sorted(case.diagnosis)}"
+        + "".join(f"\n  {t.module}/{t.id}: {t.message}" for t in report.tests if t.message))
+
+
+def likely_bugs(report):
+    """The "Likely bug: ..." diagnoses of a report's messages, without the prefix and the final period."""
+    prefix = "Likely bug: "
+    return {line[len(prefix):].removesuffix(".") for t in report.tests for line in t.message.splitlines()
+            if line.startswith(prefix)}
 
 
 @pytest.mark.parametrize("case", CORPUS["alternative"], ids=lambda c: c.id)
@@ -38,8 +57,51 @@ def test_correct_alternative_style_scores_100(case, tmp_path):
     failed = [f"{t.module}/{t.id}: {t.message}" for t in report.failed()]
     assert not failed, f"{case.id} ({case.description}):\n" + "\n".join(failed)
     assert report.score == 100
+    noted = [f"{t.module}/{t.id}: {t.message}" for t in report.noted()]
+    assert not noted, f"{case.id} ({case.description}) is correct, yet:\n" + "\n".join(noted)
 
 
 def test_corpus_covers_the_required_bugs():
     assert len(CORPUS["bug"]) >= 20
     assert {c.module for c in CORPUS["bug"]} == {"attention", "heads", "masks", "mha", "positional"}
+
+
+MODULE_CASES = [  # the graders' modules and inputs (autograder/graders/test_mha.py)
+    ("CausalAttention", (3, 4, 6), (2, 6, 3)),
+    ("CausalAttention", (8, 4, 10, 0.0, True), (3, 7, 8)),
+    ("StackedMultiHeadAttention", (5, 3, 8, 0.0, 4), (2, 7, 5)),
+    ("MultiHeadAttention", (3, 4, 6, 0.0, 2), (2, 6, 3)),
+    ("MultiHeadAttention", (8, 12, 10, 0.0, 3, True), (3, 7, 8)),
+    ("MultiHeadAttention", (5, 12, 8, 0.0, 4), (2, 7, 5)),
+]
+
+
+@pytest.mark.parametrize("name, args, shape", MODULE_CASES, ids=lambda v: str(v))
+def test_module_diagnoses_name_their_own_mistake_and_never_the_reference(name, args, shape):
+    """Each wiring mistake of diagnose.module_variants, run on the graders' inputs, is named when its output comes
+    back (with the others that give the same output there, if any); the reference's own output is named never."""
+    torch.manual_seed(0)
+    module = getattr(ref_mha, name)(*args).eval()
+    x = randn(*shape)
+    variants = diagnose.module_variants(name, params_of(module), x, args[4] if len(args) > 4 else None)
+    assert len(variants) >= 8, sorted(variants)
+    with torch.no_grad():
+        assert diagnose.match(module(x), variants) is None
+    for wrong, value in variants.items():
+        assert wrong in diagnose.match(value, variants), wrong
+
+
+@pytest.mark.parametrize("mask", [False, True])
+def test_attention_diagnoses_name_their_own_mistake(mask):
+    """Likewise for diagnose.attention_variants on the inputs of the attention graders' compare_cases (a mistake
+    that changes nothing on an input, a symmetric mask transposed, is no evidence there: it names nothing)."""
+    for lead, L, S, d_k, d_v in [((), 2, 2, 2, 2), ((3,), 4, 4, 8, 8), ((2,), 3, 5, 4, 6), ((2, 3), 5, 7, 8, 3)]:
+        q, k, v = randn(*lead, L, d_k), randn(*lead, S, d_k, seed=1), randn(*lead, S, d_v, seed=2)
+        m = random_mask(*lead, L, S, seed=7) if mask else None
+        out, weights = ref_attention.scaled_dot_product_attention(q, k, v, mask=m)
+        variants = diagnose.attention_variants(q, k, v, m)
+        for slot, expected in ((0, out), (1, weights)):
+            values = {n: pair[slot] for n, pair in variants.items()}
+            for wrong, value in values.items():
+                if not (value.shape == expected.shape and torch.allclose(value, expected, equal_nan=True)):
+                    assert wrong in diagnose.match(value, values, expected=expected), (lead, wrong)

@@ -53,3 +53,26 @@ def random_mask(*shape, seed=0):
 def params_of(module):
     """Parameter name -> detached value of a reference module."""
     return {name: p.detach().clone() for name, p in module.named_parameters()}
+
+
+def fixed_device(what, device="meta"):
+    """A hint for checks.with_hint: `what` (a function) raised an error about devices with every input on
+    `device`, so it made a tensor of its own on a fixed device."""
+    def hint(error):
+        if "device" not in str(error).lower():
+            return None
+        return (f"every input was on {device}, and {what} raised a device mismatch: it creates a tensor on a fixed "
+                "device (torch.tensor, torch.FloatTensor, torch.ones, ... without device=) and mixes it with the "
+                "inputs; create it on the inputs' device (device=x.device, or torch.*_like)")
+    return hint
+
+
+def made_on_fixed_device(what, device="meta"):
+    """A hint for checks.device: every input of `what` (a function) was on `device`, its result is not."""
+    return lambda: (f"every input was on {device}, so {what} created its result on a fixed device; create tensors "
+                    "on the inputs' device (device=x.device, or torch.*_like)")
+
+
+def on_device_error(hint):
+    """`hint` (no argument) for checks.with_hint, asked only when the student's error is about devices."""
+    return lambda error: hint() if "device" in str(error).lower() else None

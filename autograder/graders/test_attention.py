@@ -5,7 +5,7 @@ import torch
 
 from autograder import checks, diagnose
 from autograder.checks import grade, needs_cuda
-from autograder.graders.common import SEED_001_Q, random_mask, randn
+from autograder.graders.common import SEED_001_Q, fixed_device, made_on_fixed_device, random_mask, randn
 from solutions import attention as ref
 
 FN = "scaled_dot_product_attention"
@@ -31,6 +31,13 @@ def run(student, *args, **kwargs):
     return checks.pair(value, f"{FN}(...)")
 
 
+def outputs_given(variants, weights):
+    """The outputs of the `variants` (name -> (output, weights)) whose weights are the right `weights`: when
+    the student's weights passed, a mistake that changes them is not what went wrong with the output."""
+    return {n: o for n, (o, w) in variants.items()
+            if w.shape == weights.shape and torch.allclose(w.double(), weights.double(), atol=1e-5, equal_nan=True)}
+
+
 def compare_cases(student, dtype=torch.float32, with_mask=False):
     for lead, L, S, d_k, d_v in CASES:
         q, k, v = qkv(lead, L, S, d_k, d_v, dtype=dtype)
@@ -41,7 +48,7 @@ def compare_cases(student, dtype=torch.float32, with_mask=False):
                 + (", with a mask" if with_mask else "") + f", {str(dtype).replace('torch.', '')}")
         variants = diagnose.attention_variants(q, k, v, kwargs.get("mask"))
         checks.close(weights, ref_weights, f"weights for {case}", variants={n: w for n, (_, w) in variants.items()})
-        checks.close(out, ref_out, f"output for {case}", variants={n: o for n, (o, _) in variants.items()})
+        checks.close(out, ref_out, f"output for {case}", variants=outputs_given(variants, ref_weights))
 
 
 @grade(2, "shape")
@@ -49,8 +56,11 @@ def test_output_and_weights_shapes(student):
     """returns output (..., L, d_v) and weights (..., L, S)"""
     q, k, v = qkv((2, 3), 5, 7, 4, 6)
     out, weights = run(student, q, k, v)
-    checks.shape(out, (2, 3, 5, 6), "output for query (2, 3, 5, 4), key (2, 3, 7, 4), value (2, 3, 7, 6)")
-    checks.shape(weights, (2, 3, 5, 7), "weights for query (2, 3, 5, 4), key (2, 3, 7, 4), value (2, 3, 7, 6)")
+    variants = diagnose.attention_variants(q, k, v)
+    checks.shape(out, (2, 3, 5, 6), "output for query (2, 3, 5, 4), key (2, 3, 7, 4), value (2, 3, 7, 6)",
+                 variants={n: o for n, (o, _) in variants.items()})
+    checks.shape(weights, (2, 3, 5, 7), "weights for query (2, 3, 5, 4), key (2, 3, 7, 4), value (2, 3, 7, 6)",
+                 variants={n: w for n, (_, w) in variants.items()})
 
 
 @grade(3, "worked-example")
@@ -69,7 +79,7 @@ def test_worked_example_seed_001(student, record_property):
         variants = {n: o for n, (o, _) in diagnose.attention_variants(SEED_001_Q, eye, eye).items()}
         raise AssertionError(f"tutorial 001: with q1 = (1, 2), q2 = (1, 1) and K = V = I, expected "
                              f"b1, b2 = {checks.rows(expected)}, got {checks.rows(got)}"
-                             + checks.likely_bug(got, variants))
+                             + checks.likely_bug(got, variants, expected))
 
 
 @grade(3, "values")
@@ -86,8 +96,10 @@ def test_weights_rows_sum_to_one(student):
     weights = checks.shape(weights, (2, 3, 5), "weights for query (2, 3, 4), key (2, 5, 4)")
     sums = weights.double().sum(-1)  # (2, 3)
     if not torch.allclose(sums, torch.ones_like(sums), atol=1e-5):
-        raise AssertionError("each row of the weights should sum to 1 (softmax over the keys, dim=-1); "
-                             f"for query (2, 3, 4) and key (2, 5, 4) your rows sum to {checks.rows(sums)}")
+        variants = {n: w for n, (_, w) in diagnose.attention_variants(q, k, v).items()}
+        raise AssertionError("each row of the weights should sum to 1 over the keys; "
+                             f"for query (2, 3, 4) and key (2, 5, 4) your rows sum to {checks.rows(sums)}"
+                             + checks.likely_bug(weights, variants, ref.scaled_dot_product_attention(q, k, v)[1]))
 
 
 @grade(2, "dtype")
@@ -102,21 +114,23 @@ def test_masked_positions_get_zero_weight(student, record_property):
     q, k, v = qkv((2,), 4, 6, 8, 8)
     mask = random_mask(2, 4, 6, seed=3)  # True = may attend
     _, weights = run(student, q, k, v, mask=mask)
-    weights = checks.shape(weights, (2, 4, 6), "weights for query (2, 4, 8), key (2, 6, 8)")
+    variants = {n: w for n, (_, w) in diagnose.attention_variants(q, k, v, mask).items()}
+    expected = ref.scaled_dot_product_attention(q, k, v, mask=mask)[1]
+    weights = checks.shape(weights, (2, 4, 6), "weights for query (2, 4, 8), key (2, 6, 8)", variants=variants)
     record_property("heatmap", {"title": "weights with a mask (first batch item; blocked positions must be 0)",
                                 "yours": weights[0].tolist(),
-                                "expected": ref.scaled_dot_product_attention(q, k, v, mask=mask)[1][0].tolist()})
+                                "expected": expected[0].tolist()})
     leaked = (weights != 0) & ~mask
     if leaked.any():
         b, i, j = (int(x) for x in leaked.nonzero()[0])
         raise AssertionError(
-            f"mask[{b}, {i}, {j}] is False (blocked), so weights[{b}, {i}, {j}] should be 0, got "
-            f"{weights[b, i, j].item():.4f}; True means 'may attend': fill the scores where the mask is "
-            "False with -inf before the softmax")
+            f"mask[{b}, {i}, {j}] is False (blocked; True means 'may attend'), so weights[{b}, {i}, {j}] should "
+            f"be 0, got {weights[b, i, j].item():.4f}" + checks.likely_bug(weights, variants, expected))
     unmasked = weights.masked_fill(~mask, 0).double().sum(-1)
     if not torch.allclose(unmasked, torch.ones_like(unmasked), atol=1e-5):
-        raise AssertionError("with a mask, the weights of the allowed positions should still sum to 1 "
-                             f"(mask before the softmax, not after); your rows sum to {checks.rows(unmasked[0])}")
+        raise AssertionError("with a mask, the weights of the allowed positions should still sum to 1; "
+                             f"your rows sum to {checks.rows(unmasked[0])}"
+                             + checks.likely_bug(weights, variants, expected))
 
 
 @grade(2, "mask")
@@ -132,8 +146,11 @@ def test_mask_broadcasts_over_batch_and_heads(student):
     mask = torch.tril(torch.ones(4, 4, dtype=torch.bool))  # (L, S)
     out, weights = run(student, q, k, v, mask=mask)
     ref_out, ref_weights = ref.scaled_dot_product_attention(q, k, v, mask=mask)
-    checks.close(weights, ref_weights, "weights for query (2, 3, 4, 8) with a (4, 4) causal mask")
-    checks.close(out, ref_out, "output for query (2, 3, 4, 8) with a (4, 4) causal mask")
+    variants = diagnose.attention_variants(q, k, v, mask)
+    checks.close(weights, ref_weights, "weights for query (2, 3, 4, 8) with a (4, 4) causal mask",
+                 variants={n: w for n, (_, w) in variants.items()})
+    checks.close(out, ref_out, "output for query (2, 3, 4, 8) with a (4, 4) causal mask",
+                 variants=outputs_given(variants, ref_weights))
 
 
 @grade(2, "dropout")
@@ -143,8 +160,11 @@ def test_dropout_module_applied_to_weights(student):
     pattern = (torch.rand(2, 3, 4, generator=torch.Generator().manual_seed(5)) < 0.5).float() * 2.0
     out, weights = run(student, q, k, v, dropout={"__pattern_dropout__": pattern})
     ref_weights = torch.softmax(q @ k.transpose(-2, -1) / 2.0, dim=-1) * pattern  # sqrt(d_k) = 2
-    checks.close(weights, ref_weights, "weights with a dropout module (the weights after dropout)")
-    checks.close(out, ref_weights @ v, "output with a dropout module (dropped weights @ value)")
+    variants = diagnose.dropout_variants(q, k, v, pattern)
+    checks.close(weights, ref_weights, "weights with a dropout module (the weights after dropout)",
+                 variants={n: w for n, (_, w) in variants.items()})
+    checks.close(out, ref_weights @ v, "output with a dropout module (dropped weights @ value)",
+                 variants=outputs_given(variants, ref_weights))
 
 
 @grade(1, "inputs")
@@ -154,7 +174,10 @@ def test_inputs_left_unmodified(student):
     mask = random_mask(2, 3, 5, seed=1)
     _, after = student.call("attention", FN, q, k, v, mask=mask, capture_args=True)
     for name, before, got in zip(("query", "key", "value"), (q, k, v), after):
-        checks.unchanged(got, before, name)
+        scaled = {f"{name} divided in place by sqrt(d_k) ({name} /= math.sqrt(d_k)); write {name} / math.sqrt(d_k)":
+                  before / math.sqrt(q.size(-1)),
+                  f"{name} divided in place by d_k ({name} /= d_k)": before / q.size(-1)}
+        checks.unchanged(got, before, name, variants=scaled if name != "value" else None)
 
 
 @grade(1, "device")
@@ -162,19 +185,21 @@ def test_runs_on_meta_device(student):
     """runs on the meta device: creates no tensor on a fixed device"""
     q, k, v = (t.to("meta") for t in qkv((2,), 3, 5, 4, 6))
     mask = random_mask(2, 3, 5).to("meta")
-    out, weights = run(student, q, k, v, mask=mask)
-    checks.device(checks.shape(out, (2, 3, 6), "output on meta"), "meta", "output")
-    checks.device(checks.shape(weights, (2, 3, 5), "weights on meta"), "meta", "weights")
+    out, weights = checks.with_hint(lambda: run(student, q, k, v, mask=mask), fixed_device(FN))
+    checks.device(checks.shape(out, (2, 3, 6), "output on meta"), "meta", "output", made_on_fixed_device(FN))
+    checks.device(checks.shape(weights, (2, 3, 5), "weights on meta"), "meta", "weights", made_on_fixed_device(FN))
 
 
 def check_device(student, device):
     """Runs on `device` and matches the CPU reference (the CUDA check; the kit's tests run it on the CPU too)."""
     q, k, v = qkv((2,), 3, 5, 4, 6)
     mask = random_mask(2, 3, 5)
-    out, weights = run(student, q.to(device), k.to(device), v.to(device), mask=mask.to(device))
+    out, weights = checks.with_hint(
+        lambda: run(student, q.to(device), k.to(device), v.to(device), mask=mask.to(device)), fixed_device(FN, device))
     ref_out, ref_weights = ref.scaled_dot_product_attention(q, k, v, mask=mask)
-    checks.close(checks.device(out, device, "output").cpu(), ref_out, f"output on {device}")
-    checks.close(checks.device(weights, device, "weights").cpu(), ref_weights, f"weights on {device}")
+    fixed = made_on_fixed_device(FN, device)
+    checks.close(checks.device(out, device, "output", fixed).cpu(), ref_out, f"output on {device}")
+    checks.close(checks.device(weights, device, "weights", fixed).cpu(), ref_weights, f"weights on {device}")
 
 
 @needs_cuda

@@ -3,7 +3,7 @@ import torch
 
 from autograder import checks, diagnose
 from autograder.checks import grade, needs_cuda
-from autograder.graders.common import randn
+from autograder.graders.common import fixed_device, made_on_fixed_device, randn
 from solutions import heads as ref
 
 # (B, T, d_model, num_heads), smallest first.
@@ -23,8 +23,9 @@ def merge(student, x, **kw):
 @grade(2, "shape")
 def test_split_shape(student):
     """split_heads: (B, T, d_model) -> (B, H, T, d_model // H)"""
-    out, _ = split(student, randn(2, 5, 12), 3)
-    checks.shape(out, (2, 3, 5, 4), "split_heads(x (2, 5, 12), 3)")
+    x = randn(2, 5, 12)
+    out, _ = split(student, x, 3)
+    checks.shape(out, (2, 3, 5, 4), "split_heads(x (2, 5, 12), 3)", variants=diagnose.split_variants(x, 3))
 
 
 @grade(2, "worked-example")
@@ -32,11 +33,12 @@ def test_split_worked_example_seed_001(student):
     """reproduces tutorial 001: q1 = (1, 1, 0, 1) gives (1, 1) to head 1 and (0, 1) to head 2"""
     q = torch.tensor([[[1.0, 1.0, 0.0, 1.0]]])  # (B=1, T=1, d_model=4)
     out, _ = split(student, q, 2)
-    out = checks.shape(out, (1, 2, 1, 2), "split_heads(q (1, 1, 4), 2)")
+    out = checks.shape(out, (1, 2, 1, 2), "split_heads(q (1, 1, 4), 2)", variants=diagnose.split_variants(q, 2))
     expected = torch.tensor([[1.0, 1.0], [0.0, 1.0]])  # head 1, head 2
     if not torch.equal(out[0, :, 0], expected):
         raise AssertionError(f"tutorial 001: splitting q1 = (1, 1, 0, 1) over 2 heads should give head 1 "
-                             f"(1, 1) and head 2 (0, 1), got {checks.rows(out[0, :, 0], 0)}")
+                             f"(1, 1) and head 2 (0, 1), got {checks.rows(out[0, :, 0], 0)}"
+                             + checks.likely_bug(out, diagnose.split_variants(q, 2), ref.split_heads(q, 2)))
 
 
 @grade(2, "values")
@@ -52,8 +54,9 @@ def test_split_head_h_holds_its_features(student):
 @grade(1, "shape")
 def test_merge_shape(student):
     """merge_heads: (B, H, T, d_k) -> (B, T, H * d_k)"""
-    out, _ = merge(student, randn(2, 3, 5, 4))
-    checks.shape(out, (2, 5, 12), "merge_heads(x (2, 3, 5, 4))")
+    x = randn(2, 3, 5, 4)
+    out, _ = merge(student, x)
+    checks.shape(out, (2, 5, 12), "merge_heads(x (2, 3, 5, 4))", variants=diagnose.merge_variants(x))
 
 
 @grade(3, "values")
@@ -67,7 +70,8 @@ def test_merge_inverts_split(student):
                      variants=diagnose.merge_variants(heads))
         contiguous = heads.contiguous()
         out, _ = merge(student, contiguous)
-        checks.close(out, x, f"merge_heads of the {H} heads of x {tuple(x.shape)} (contiguous copy)")
+        checks.close(out, x, f"merge_heads of the {H} heads of x {tuple(x.shape)} (contiguous copy)",
+                     variants=diagnose.merge_variants(heads))
 
 
 @grade(1, "errors")
@@ -82,9 +86,10 @@ def test_float64_kept(student):
     """split and merge keep float64"""
     x = randn(2, 3, 8, dtype=torch.float64)
     out, _ = split(student, x, 2)
-    checks.close(out, ref.split_heads(x, 2), "split_heads(x float64 (2, 3, 8), 2)")
+    checks.close(out, ref.split_heads(x, 2), "split_heads(x float64 (2, 3, 8), 2)",
+                 variants=diagnose.split_variants(x, 2))
     out, _ = merge(student, ref.split_heads(x, 2))
-    checks.close(out, x, "merge_heads(x float64 (2, 2, 3, 4))")
+    checks.close(out, x, "merge_heads(x float64 (2, 2, 3, 4))", variants=diagnose.merge_variants(ref.split_heads(x, 2)))
 
 
 @grade(1, "inputs")
@@ -102,19 +107,24 @@ def test_inputs_left_unmodified(student):
 def test_runs_on_meta_device(student):
     """split and merge run on the meta device"""
     x = randn(2, 3, 8).to("meta")
-    out, _ = split(student, x, 2)
-    checks.device(checks.shape(out, (2, 2, 3, 4), "split_heads on meta"), "meta", "split_heads")
-    out, _ = merge(student, randn(2, 2, 3, 4).to("meta"))
-    checks.device(checks.shape(out, (2, 3, 8), "merge_heads on meta"), "meta", "merge_heads")
+    out, _ = checks.with_hint(lambda: split(student, x, 2), fixed_device("split_heads"))
+    checks.device(checks.shape(out, (2, 2, 3, 4), "split_heads on meta"), "meta", "split_heads",
+                  made_on_fixed_device("split_heads"))
+    out, _ = checks.with_hint(lambda: merge(student, randn(2, 2, 3, 4).to("meta")), fixed_device("merge_heads"))
+    checks.device(checks.shape(out, (2, 3, 8), "merge_heads on meta"), "meta", "merge_heads",
+                  made_on_fixed_device("merge_heads"))
 
 
 def check_device(student, device):
     """split and merge run on `device` and match the CPU reference (the kit's tests run this on the CPU too)."""
     x = randn(2, 3, 8)
-    out, _ = split(student, x.to(device), 2)
-    checks.close(checks.device(out, device, "split_heads").cpu(), ref.split_heads(x, 2), f"split_heads on {device}")
-    out, _ = merge(student, ref.split_heads(x, 2).to(device))
-    checks.close(checks.device(out, device, "merge_heads").cpu(), x, f"merge_heads on {device}")
+    out, _ = checks.with_hint(lambda: split(student, x.to(device), 2), fixed_device("split_heads", device))
+    checks.close(checks.device(out, device, "split_heads", made_on_fixed_device("split_heads", device)).cpu(),
+                 ref.split_heads(x, 2), f"split_heads on {device}")
+    out, _ = checks.with_hint(lambda: merge(student, ref.split_heads(x, 2).to(device)),
+                              fixed_device("merge_heads", device))
+    checks.close(checks.device(out, device, "merge_heads", made_on_fixed_device("merge_heads", device)).cpu(), x,
+                 f"merge_heads on {device}")
 
 
 @needs_cuda

@@ -41,20 +41,28 @@ def test_values_lower_triangle_with_diagonal(student):
 def diagnosis(student, T=4):
     """The likely bug, judged on a mask big enough to tell the usual mistakes apart."""
     got = mask(student, T)
-    return checks.likely_bug(got.bool() if got.dtype != torch.bool else got, diagnose.mask_variants(T))
+    return checks.likely_bug(got.bool() if got.dtype != torch.bool else got, diagnose.mask_variants(T),
+                             torch.ones(T, T).tril().bool())
 
 
 @grade(2, "device")
 def test_honours_device_argument(student):
     """causal_mask(T, device=...) creates the mask on that device"""
     got = mask(student, 4, device=torch.device("meta"))
-    checks.device(checks.shape(got, (4, 4), "causal_mask(4, device='meta')"), "meta", "causal_mask(4, device='meta')")
+    checks.device(checks.shape(got, (4, 4), "causal_mask(4, device='meta')"), "meta", "causal_mask(4, device='meta')",
+                  ignores_device)
+
+
+def ignores_device():
+    """The hint of a mask that is not on the device it was asked for: the device argument was not used."""
+    return ("causal_mask ignores its device argument: build the mask there (torch.ones(seq_len, seq_len, "
+            "dtype=torch.bool, device=device))")
 
 
 def check_device(student, device):
     """causal_mask(T, device=...) is on that device with the right values (the kit's tests run this on the CPU)."""
     got = mask(student, 4, device=torch.device(device))
-    checks.close(checks.device(got, device, f"causal_mask(4, device={device!r})").cpu(),
+    checks.close(checks.device(got, device, f"causal_mask(4, device={device!r})", ignores_device).cpu(),
                  torch.ones(4, 4).tril().bool(), f"causal_mask(4, device={device!r})")
 
 

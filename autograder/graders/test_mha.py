@@ -1,10 +1,12 @@
 """Hidden graders for mha.py: CausalAttention, StackedMultiHeadAttention, MultiHeadAttention."""
 import torch
 
-from autograder import checks, timing
+from autograder import checks, diagnose, timing
 from autograder.checks import grade, needs_cuda
 from autograder.graders import blame
-from autograder.graders.common import SEED_004_FUSED, SEED_004_INPUTS, SEED_004_STACKED, params_of, randn, seeded
+from autograder.graders.common import (SEED_004_FUSED, SEED_004_INPUTS, SEED_004_STACKED, on_device_error,
+                                       params_of, randn, seeded)
+from autograder.sandbox import StudentError
 from solutions import mha as ref
 
 # Operators that multiply matrices, as torch's dispatcher sees them.
@@ -30,15 +32,33 @@ def forward(remote, x, **kw):
     return checks.tensor(value, f"{remote.name}.forward(x {tuple(x.shape)})"), after
 
 
-def unless_inherited(remote, x, got, failure):
+def unless_inherited(remote, x, got, failure, also=None):
     """Raise `failure`, unless `got` is what the reference wiring gives with some of the student's own parts
     (attention, heads, masks): then the module is right given its parts, and the check passes with a note
-    naming the part to blame (graded in its own module, once)."""
+    naming the part to blame (graded in its own module, once). The failure names the likely bug when `got`
+    is what a usual mistake in the module's own wiring gives (autograder.diagnose), or one of `also`."""
     parts = blame.inherited_from(remote.sandbox, remote, x, got)
     if parts is None:
-        raise failure
+        raise AssertionError(str(failure) + likely_bug(remote, x, got, also)) from None
     checks.note(blame.note(remote, parts))
     return parts
+
+
+def num_heads_of(remote):
+    args, kwargs = getattr(remote, "args", ()), getattr(remote, "kwargs", {})
+    return kwargs.get("num_heads", args[4] if len(args) > 4 else None)
+
+
+def likely_bug(remote, x, got, also=None):
+    """The "Likely bug" line for `got`, the output of the student's `remote` for `x` (eval mode): the usual
+    mistakes of the module's wiring, computed here with the module's own weights, read back from it."""
+    try:
+        params = remote.state()["parameters"]
+    except StudentError:
+        return ""
+    variants = {**(also(params) if also else {}),
+                **diagnose.module_variants(remote.name, params, x, num_heads_of(remote))}
+    return checks.likely_bug(got, variants)
 
 
 def expect_same(remote, reference, x, what):
@@ -64,8 +84,7 @@ def check_causal(remote, d_in, what):
         if before.shape != after.shape or not torch.allclose(before[:, :t + 1], after[:, :t + 1], atol=1e-6):
             failure = AssertionError(
                 f"{what} is not causal: changing the tokens after position {t} changed the output at "
-                f"positions 0..{t}; position i may only attend to positions j <= i (apply the causal mask "
-                "before the softmax)")
+                f"positions 0..{t}; position i may only attend to positions j <= i")
             unless_inherited(remote, changed, after, failure)
             return
 
@@ -131,9 +150,26 @@ def check_dropout_on_weights(remote, reference, d_in, block, what, p=0.5):
 
 def check_meta(remote, d_in, d_out, what):
     remote.to(device="meta")
-    out, _ = remote(randn(2, 5, d_in).to("meta"))
+    hint = left_behind(remote, "meta")
+    out, _ = checks.with_hint(lambda: remote(randn(2, 5, d_in).to("meta")), on_device_error(hint))
     out = checks.shape(out, (2, 5, d_out), f"{what} output on meta")
-    checks.device(out, "meta", f"{what} output (keep the causal mask as a buffer, create nothing on a fixed device)")
+    checks.device(out, "meta", f"{what} output", hint)
+
+
+def left_behind(remote, device):
+    """A hint for a module moved with .to(device) whose forward fails there or answers elsewhere: what its
+    buffers say (read back from the student's module)."""
+    def hint():
+        buffers = remote.state()["buffers"]
+        if not buffers:
+            return (f"your {remote.name} registers no buffer, so its causal mask (a plain attribute, or a tensor "
+                    f"built in forward) did not follow .to({device!r}): keep it as a buffer "
+                    "(self.register_buffer('mask', ...)), or build it on x.device")
+        if all(b.device.type == torch.device(device).type for b in buffers.values()):
+            return (f"your buffers moved to {device} with the module, so forward uses a tensor it creates on a "
+                    "fixed device (torch.ones, torch.tensor or torch.FloatTensor without device=x.device)")
+        return None
+    return hint
 
 
 def check_device(student, device):
@@ -144,9 +180,11 @@ def check_device(student, device):
                        ("MultiHeadAttention", (3, 4, 8, 0.0, 2))):
         remote, reference = build(student, name, *args)
         remote.to(device=device)
-        out, _ = remote(x.to(device))
+        hint = left_behind(remote, device)
+        out, _ = checks.with_hint(lambda: remote(x.to(device)), on_device_error(hint))
         with torch.no_grad():
-            checks.close(checks.device(out, device, f"{name} output").cpu(), reference(x), f"{name} output on {device}")
+            checks.close(checks.device(out, device, f"{name} output", hint).cpu(), reference(x),
+                         f"{name} output on {device}")
 
 
 # -- CausalAttention ------------------------------------------------------------
@@ -286,9 +324,26 @@ def test_fused_worked_example_seed_004(student):
         if not torch.allclose(out[b], SEED_004_FUSED, atol=1e-4, rtol=0):
             failure = AssertionError(
                 f"tutorial 004: expected first and last rows {checks.rows(SEED_004_FUSED[[0, -1]])}, got "
-                f"{checks.rows(out[b, [0, -1]])} for batch item {b} (layers created in the order Wq, Wk, Wv, "
-                "Wo with the default nn.Linear init)")
-            return unless_inherited(remote, batch, out, failure)
+                f"{checks.rows(out[b, [0, -1]])} for batch item {b}")
+            return unless_inherited(remote, batch, out, failure, also=lambda params: initial_weights(params, batch))
+
+
+def initial_weights(params, x):
+    """{the init mistake: the output the reference wiring gives for `x` with the student's `params`}, when the
+    student's MultiHeadAttention(3, 4, 6, 0.0, 2) built after torch.manual_seed(123) has other initial weights
+    than the reference's: then an output equal to that wiring's is wrong by its weights alone."""
+    order = diagnose.init_order(params, 3, 4, seed=123)
+    if order is None:
+        return {}
+    if order:
+        name = (f"your layers are created in the order {', '.join(order)}: after torch.manual_seed(123) each "
+                "nn.Linear draws its initial weights when it is created, so create Wq, Wk, Wv, then Wo (seed 004)")
+    else:
+        name = ("your initial weights are not those of torch.manual_seed(123) followed by nn.Linear(d_in, d_out) "
+                "for Wq, Wk, Wv and nn.Linear(d_out, d_out) for Wo, created in that order with their default "
+                "init: create no other layer or random tensor before them, and keep nn.Linear's own init")
+    clean = diagnose.module_output("MultiHeadAttention", params, x, 2)
+    return {name: clean} if clean is not None else {}
 
 
 @grade(2, "values")

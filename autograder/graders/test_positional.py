@@ -5,7 +5,8 @@ import torch
 
 from autograder import checks, diagnose
 from autograder.checks import grade, needs_cuda
-from autograder.graders.common import randn
+from autograder.graders.common import on_device_error, randn
+from autograder.sandbox import StudentError
 from solutions import positional as ref
 
 CASES = [(1, 2), (4, 6), (10, 16), (50, 64)]  # (seq_len, d_model), smallest first
@@ -32,14 +33,15 @@ def test_encoding_first_positions(student):
     """position 0 is (0, 1, 0, 1, ...) and position 1 starts (sin 1, cos 1) = (0.8415, 0.5403)"""
     got = checks.shape(table(student, 4, 8), (4, 8), "sinusoidal_encoding(4, 8)")
     row0 = torch.tensor([0.0, 1.0] * 4)
+    variants, expected = diagnose.encoding_variants(4, 8), ref.sinusoidal_encoding(4, 8)
     if not torch.allclose(got[0].double(), row0.double(), atol=1e-5):
         raise AssertionError(f"sinusoidal_encoding(4, 8)[0]: position 0 should be sin 0, cos 0, ... = "
-                             f"{checks.rows(row0[None])}, got {checks.rows(got[:1])} (interleave: sin in the even "
-                             "columns, cos in the odd ones)")
+                             f"{checks.rows(row0[None])}, got {checks.rows(got[:1])}"
+                             + checks.likely_bug(got, variants, expected))
     first = torch.tensor([math.sin(1.0), math.cos(1.0)])
     if not torch.allclose(got[1, :2].double(), first.double(), atol=1e-4):
         raise AssertionError(f"sinusoidal_encoding(4, 8)[1, :2] should be (sin 1, cos 1) = {checks.rows(first[None])}, "
-                             f"got {checks.rows(got[1:2, :2])}")
+                             f"got {checks.rows(got[1:2, :2])}" + checks.likely_bug(got, variants, expected))
 
 
 @grade(2, "values")
@@ -65,24 +67,53 @@ def test_module_keeps_table_as_buffer_pe(student):
         where = "a parameter" if "pe" in state["parameters"] else "not a buffer"
         raise AssertionError(f"PositionalEncoding(8, max_len=20): `pe` is {where}; register it with "
                              "self.register_buffer('pe', table) so that it moves with .to(device) and is saved")
-    checks.close(state["buffers"]["pe"], ref.sinusoidal_encoding(20, 8), "PositionalEncoding(8, max_len=20).pe")
+    checks.close(state["buffers"]["pe"], ref.sinusoidal_encoding(20, 8), "PositionalEncoding(8, max_len=20).pe",
+                 variants=diagnose.table_variants(20, 8))
 
 
 @grade(2, "values")
 def test_module_adds_table(student):
     """PositionalEncoding.forward(x) = x + pe[:T]"""
     x = randn(2, 5, 8)
-    out, _ = build(student, 8, max_len=20)(x)
-    checks.close(checks.tensor(out, "PositionalEncoding output"), x + ref.sinusoidal_encoding(5, 8),
-                 "PositionalEncoding(8, max_len=20) output for x (2, 5, 8)")
+    remote = build(student, 8, max_len=20)
+    out, _ = remote(x)
+    what = "PositionalEncoding(8, max_len=20) output for x (2, 5, 8)"
+    out = dtype_of_x(remote, x, checks.tensor(out, "PositionalEncoding output"), what)
+    checks.close(out, x + ref.sinusoidal_encoding(5, 8), what,
+                 variants={name: x + table[:5] for name, table in diagnose.encoding_variants(5, 8).items()})
+
+
+def dtype_of_x(remote, x, out, what):
+    """Check that the output `out` of `remote` for `x` has the dtype of x."""
+    if out.dtype != x.dtype:
+        raise AssertionError(f"{what}: expected dtype {x.dtype} (the dtype of x), got {out.dtype}"
+                             + promoted_by_pe(remote, x.dtype, out.dtype))
+    return out
+
+
+def promoted_by_pe(remote, x_dtype, out_dtype):
+    """The "Likely bug" line when the buffer `pe` has the dtype that x + pe was promoted to."""
+    try:
+        pe = remote.state()["buffers"].get("pe")
+    except StudentError:
+        return ""
+    if not isinstance(pe, torch.Tensor) or pe.dtype != out_dtype:
+        return ""
+    pe_dtype, x_dtype, default = (str(d).replace("torch.", "") for d in (pe.dtype, x_dtype, torch.get_default_dtype()))
+    return checks.likely_name(
+        f"your buffer pe is {pe_dtype}, and x + pe promotes a {x_dtype} x to {pe_dtype}: build the table in torch's "
+        f"default dtype ({default}); as a buffer it then follows the module's .to(dtype)")
 
 
 @grade(1, "dropout")
 def test_module_dropout(student):
     """PositionalEncoding applies dropout in training mode (dropout=1.0 drops everything)"""
-    out, _ = build(student, 8, max_len=20, dropout=1.0)(randn(2, 5, 8), train=True)
-    checks.close(checks.tensor(out, "PositionalEncoding output"), torch.zeros(2, 5, 8),
-                 "PositionalEncoding(8, dropout=1.0) output in training mode")
+    remote, x = build(student, 8, max_len=20, dropout=1.0), randn(2, 5, 8)
+    out, _ = remote(x, train=True)
+    what = "PositionalEncoding(8, dropout=1.0) output in training mode"
+    out = dtype_of_x(remote, x, checks.tensor(out, "PositionalEncoding output"), what)
+    undropped = {"the dropout is never applied (your output is x + pe[:T])": x + ref.sinusoidal_encoding(5, 8)}
+    checks.close(out, torch.zeros(2, 5, 8), what, variants=undropped)
 
 
 @grade(1, "dtype")
@@ -92,23 +123,44 @@ def test_module_float64(student):
     remote = build(student, 8, max_len=20).to(dtype=torch.float64)
     out, _ = remote(x)
     checks.close(checks.tensor(out, "PositionalEncoding output"), x + ref.sinusoidal_encoding(5, 8).double(),
-                 "PositionalEncoding output for float64 x (2, 5, 8)", atol=1e-6, rtol=1e-6)
+                 "PositionalEncoding output for float64 x (2, 5, 8)", atol=1e-6, rtol=1e-6,
+                 variants={name: x + table[:5].double() for name, table in diagnose.encoding_variants(5, 8).items()})
 
 
 @grade(1, "device")
 def test_module_meta(student):
     """PositionalEncoding runs on the meta device after .to('meta')"""
     remote = build(student, 8, max_len=20).to(device="meta")
-    out, _ = remote(randn(2, 5, 8).to("meta"))
+    hint = table_left_behind(remote, "meta")
+    out, _ = checks.with_hint(lambda: remote(randn(2, 5, 8).to("meta")), on_device_error(hint))
     out = checks.shape(checks.tensor(out, "PositionalEncoding output"), (2, 5, 8), "PositionalEncoding output on meta")
-    checks.device(out, "meta", "PositionalEncoding output (keep the table as a buffer)")
+    checks.device(out, "meta", "PositionalEncoding output", hint)
+
+
+def table_left_behind(remote, device):
+    """A hint for a PositionalEncoding moved with .to(device) whose forward fails there or answers elsewhere:
+    what its buffers say (read back from the student's module)."""
+    def hint():
+        buffers = remote.state()["buffers"]
+        pe = buffers.get("pe")
+        if not isinstance(pe, torch.Tensor):
+            return (f"your table pe is not a registered buffer (it is not among the module's buffers()), so "
+                    f".to({device!r}) left it where it was: keep it with self.register_buffer('pe', table)")
+        if pe.device.type == torch.device(device).type:
+            return (f"your buffer pe moved to {device} with the module, so forward adds a tensor made on a fixed "
+                    "device instead (a table rebuilt in forward, e.g. sinusoidal_encoding(T, d_model)): add "
+                    "self.pe[:T]")
+        return None
+    return hint
 
 
 def check_device(student, device):
     """PositionalEncoding runs on `device` and matches the CPU reference (the kit's tests run this on the CPU)."""
     x = randn(2, 5, 8)
-    out, _ = build(student, 8, max_len=20).to(device=device)(x.to(device))
-    checks.close(checks.device(checks.tensor(out, "output"), device, "PositionalEncoding output").cpu(),
+    remote = build(student, 8, max_len=20).to(device=device)
+    hint = table_left_behind(remote, device)
+    out, _ = checks.with_hint(lambda: remote(x.to(device)), on_device_error(hint))
+    checks.close(checks.device(checks.tensor(out, "output"), device, "PositionalEncoding output", hint).cpu(),
                  x + ref.sinusoidal_encoding(5, 8), f"PositionalEncoding output on {device}")
 
 

@@ -10,7 +10,9 @@ file and writes a case out as a submission folder::
     for case in corpus["bug"]:
         folder = materialize(case, tmp_path / case.id, SOLUTIONS_DIR)
 
-``tests/test_corpus.py`` grades every case with the real engine.
+``tests/test_corpus.py`` grades every case with the real engine; a bug's
+``diagnosis`` lists the "Likely bug" lines its report must print, and no
+other may appear.
 
 ``attacks.toml`` holds the adversarial corpus: hostile submissions, each
 shaped so that it would earn points if its attack worked, with what it may
@@ -124,6 +126,8 @@ class Case:
     module: str  # one of MODULES, the only module the patches touch
     description: str
     patches: tuple[Patch, ...]
+    # the "Likely bug: ..." diagnoses its report must print, and no other (a bug's `diagnosis`; empty: none)
+    diagnosis: tuple[str, ...] = ()
 
     @property
     def is_bug(self) -> bool:
@@ -223,7 +227,8 @@ def _check_header(kind: str, index: int, entry, keys, strings) -> str:
 
 
 def _case_from_entry(kind: str, index: int, entry: dict) -> Case:
-    where = _check_header(kind, index, entry, {"id", "module", "description", "patch"}, ("id", "module", "description"))
+    keys = {"id", "module", "description", "patch"} | ({"diagnosis"} if kind == "bug" else set())
+    where = _check_header(kind, index, entry, keys, ("id", "module", "description"))
     case_id = entry["id"]
     module = entry["module"]
     if module not in MODULES:
@@ -247,7 +252,12 @@ def _case_from_entry(kind: str, index: int, entry: dict) -> Case:
         if not raw["find"]:
             raise CorpusError(f"{pwhere}: empty find")
         patches.append(Patch(raw["file"], raw["find"], raw["replace"]))
-    return Case(case_id, kind, module, entry["description"].strip(), tuple(patches))
+    diagnosis = _strings(entry["diagnosis"], where, "diagnosis") if "diagnosis" in entry else ()
+    for text in diagnosis:
+        if "\n" in text or text.startswith("Likely bug") or text.endswith("."):
+            raise CorpusError(f"{where}: a diagnosis is the text after 'Likely bug: ' on one line, without the "
+                              f"final period: {text!r}")
+    return Case(case_id, kind, module, entry["description"].strip(), tuple(patches), diagnosis)
 
 
 def load_corpus(path: Path | str = CORPUS_FILE) -> dict[str, list[Case]]:
