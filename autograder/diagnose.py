@@ -31,7 +31,7 @@ def _attention(q, k, v, mask=None, *, scale=None, dim=-1, blocked_when=False, ma
     """The reference attention with one step parameterised.
 
     mask_op: how the mask reaches the scores, for the mistakes that build it wrongly:
-    "transposed" (mask.transpose(-2, -1)), "unsqueezed" (mask.unsqueeze(1), seed 000's step for heads,
+    "transposed" (mask.transpose(-2, -1)), "unsqueezed" (mask.unsqueeze(1), tutorial 000's step for heads,
     done once too often), "times-inf" (scores + (~mask) * -inf: 0 * -inf is NaN where the mask allows).
     """
     scale = 1 / math.sqrt(q.size(-1)) if scale is None else scale
@@ -90,7 +90,7 @@ def attention_variants(q, k, v, mask=None):
         out[_with_nan("the mask applied on the wrong axes (transposed): mask[..., i, j] is for query i and key j",
                       transposed[1], clean)] = transposed
     try:
-        out["the mask broadcast over the wrong dimension: mask.unsqueeze(1) (seed 000's step to share a mask "
+        out["the mask broadcast over the wrong dimension: mask.unsqueeze(1) (tutorial 000's step to share a mask "
             "between heads) inside scaled_dot_product_attention, whose mask already broadcasts to (..., L, S)"] = \
             _attention(q, k, v, mask, mask_op="unsqueezed")
     except RuntimeError:
@@ -144,7 +144,7 @@ def mask_variants(seq_len):
     allowed = ref_masks.causal_mask(seq_len)
     return {
         "your mask blocks the diagonal: a position must be allowed to attend to itself": allowed.tril(-1),
-        "your mask marks the blocked positions (seed 004's triu(diagonal=1)); here True means 'may attend'":
+        "your mask marks the blocked positions (tutorial 004's triu(diagonal=1)); here True means 'may attend'":
             ~allowed,
         "your mask is the upper triangle: True must be where key j <= query i": allowed.T,
     }

@@ -337,7 +337,7 @@ def initial_weights(params, x):
         return {}
     if order:
         name = (f"your layers are created in the order {', '.join(order)}: after torch.manual_seed(123) each "
-                "nn.Linear draws its initial weights when it is created, so create Wq, Wk, Wv, then Wo (seed 004)")
+                "nn.Linear draws its initial weights when it is created, so create Wq, Wk, Wv, then Wo (tutorial 004)")
     else:
         name = ("your initial weights are not those of torch.manual_seed(123) followed by nn.Linear(d_in, d_out) "
                 "for Wq, Wk, Wv and nn.Linear(d_out, d_out) for Wo, created in that order with their default "
