@@ -299,34 +299,24 @@ def _drop_root(writable, uid):
     os.setresuid(uid, uid, uid)
 
 
-def _landlock_module():
+def _sibling(name):
+    """autograder/<name>.py, loaded by path (this process imports nothing of the kit as a package)."""
     spec = importlib.util.spec_from_file_location(
-        "_mha_landlock", os.path.join(os.path.dirname(os.path.abspath(__file__)), "landlock.py"))
+        f"_mha_{name}", os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 _landlock = None
-
-
-def _wire_module():
-    """autograder/wire.py, the answers' format, loaded by path now: once confined, the kit may be out of sight."""
-    spec = importlib.util.spec_from_file_location(
-        "_mha_wire", os.path.join(os.path.dirname(os.path.abspath(__file__)), "wire.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_wire = _wire_module()
+_wire = _sibling("wire")  # the answers' format, loaded now: once confined, the kit may be out of sight
 
 
 def _confine_landlock(config):
     """Landlock: read the system and Python folders and its copy, write its copy and its private temp folder."""
     global _landlock
     _step("landlock")
-    _landlock = _landlock or _landlock_module()
+    _landlock = _landlock or _sibling("landlock")
     folders, _ = _needed_paths(config.get("forbidden", []))
     writable = [os.path.realpath(config["cwd"]), os.path.realpath(config["home"])]
     proc = [f"/proc/{os.getpid()}", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/self"]

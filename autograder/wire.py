@@ -54,6 +54,11 @@ class Refused(ValueError):
     """The answer holds a value that cannot be checked (a sparse or quantized tensor): the message says what."""
 
 
+def _name(dtype) -> str:
+    """"float32" for torch.float32: how a dtype is named in a frame (DTYPES) and in messages."""
+    return str(dtype).replace("torch.", "")
+
+
 def _torch():
     import torch  # late: the student process confines itself before it imports torch
 
@@ -69,11 +74,10 @@ def encode(obj) -> bytes:
     def tensor(t):
         nonlocal size
         if t.device.type == "meta" and t.layout == torch.strided:  # shape and dtype, no data: costs nothing
-            return {"__meta__": [str(t.dtype).replace("torch.", ""), list(t.shape)]}
+            return {"__meta__": [_name(t.dtype), list(t.shape)]}
         if t.layout != torch.strided or t.is_quantized or t.device.type not in ("cpu", "cuda"):
             where = "" if t.device.type == "cpu" else f" on {t.device.type}"
-            return {"__refused__": f"a {str(t.layout).replace('torch.', '')} {str(t.dtype).replace('torch.', '')} "
-                                   f"tensor{where} of shape {tuple(t.shape)}"}
+            return {"__refused__": f"a {_name(t.layout)} {_name(t.dtype)} tensor{where} of shape {tuple(t.shape)}"}
         device = str(t.device)
         t = t.detach().to("cpu").resolve_conj().resolve_neg().contiguous()
         nbytes = t.numel() * t.element_size()
@@ -85,7 +89,7 @@ def encode(obj) -> bytes:
         if nbytes:
             chunks.append(ctypes.string_at(t.data_ptr(), nbytes))
             size += nbytes
-        return {"__tensor__": [str(t.dtype).replace("torch.", ""), list(t.shape), offset, nbytes, device]}
+        return {"__tensor__": [_name(t.dtype), list(t.shape), offset, nbytes, device]}
 
     def walk(value):
         if isinstance(value, torch.Tensor):

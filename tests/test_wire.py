@@ -121,8 +121,12 @@ def test_a_stride_zero_tensor_costs_the_bytes_it_brought():
 
 
 def test_a_storage_declared_larger_than_its_frame_allocates_nothing():
+    claim = frame({"value": {"__tensor__": ["float64", [1 << 27], 0, 8 << 27, "cpu"]}})  # 1 GiB, 0 bytes sent
+    with pytest.raises(wire.Malformed, match="do not match"):
+        wire.decode(claim)
     with pytest.raises(wire.Malformed, match="do not match"):
         wire.decode(frame({"value": {"__tensor__": ["float64", [1 << 40], 0, 8 << 40, "cpu"]}}))
+    assert decode_cost(claim) == ("Malformed", pytest.approx(0, abs=16))
 
 
 @pytest.mark.parametrize("spec", [
