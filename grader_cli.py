@@ -87,6 +87,22 @@ CALL_TIMEOUT_HELP = "Seconds allowed for one call into the student's code (a han
 SUBMISSION_TIMEOUT_HELP = "Seconds allowed for the whole grading of one submission; past it, the grading has no score."
 
 
+def timeout_options(submission_default, alias):
+    """--call-timeout and --submission-timeout, shared by `grade` and `grade-all` (defaults differ), and the
+    hidden, deprecated --timeout, an alias of the option named `alias` on that command."""
+    def decorate(command):
+        for option in reversed([
+            click.option("--call-timeout", type=click.FloatRange(0, min_open=True), default=10.0,
+                         show_default=True, help=CALL_TIMEOUT_HELP),
+            click.option("--submission-timeout", type=click.FloatRange(0, min_open=True),
+                         default=submission_default, show_default=True, help=SUBMISSION_TIMEOUT_HELP),
+            click.option("--timeout", type=float, default=None, hidden=True, help=f"Deprecated: {alias}."),
+        ]):
+            command = option(command)
+        return command
+    return decorate
+
+
 def _timeout_alias(value, meaning, option):
     """The old --timeout, kept as a deprecated alias of `option`; None when not given."""
     if value is not None:
@@ -146,11 +162,7 @@ def cli():
               help="Write the report to this file instead of stdout.")
 @click.option("--min-score", type=click.FloatRange(0, 100), default=None,
               help="Exit with status 1 when the score (out of 100) is below this.")
-@click.option("--call-timeout", type=click.FloatRange(0, min_open=True), default=10.0, show_default=True,
-              help=CALL_TIMEOUT_HELP)
-@click.option("--submission-timeout", type=click.FloatRange(0, min_open=True), default=600.0, show_default=True,
-              help=SUBMISSION_TIMEOUT_HELP)
-@click.option("--timeout", type=float, default=None, hidden=True, help="Deprecated: --call-timeout.")
+@timeout_options(submission_default=600.0, alias="--call-timeout")
 @intake_options
 @sandbox_options
 def grade(path, fmt, output, min_score, call_timeout, submission_timeout, timeout, **sandbox):
@@ -267,11 +279,7 @@ def check(path):
               help="Folder for OUT/<id>/results.json, feedback.md, feedback.html and OUT/gradebook.csv.")
 @click.option("--jobs", "-j", type=click.IntRange(1), default=None, help="Parallel gradings [default: core count].")
 @click.option("--force", is_flag=True, help="Grade again what OUT/gradebook.csv already holds.")
-@click.option("--call-timeout", type=click.FloatRange(0, min_open=True), default=10.0, show_default=True,
-              help=CALL_TIMEOUT_HELP)
-@click.option("--submission-timeout", type=click.FloatRange(0, min_open=True), default=300.0, show_default=True,
-              help=SUBMISSION_TIMEOUT_HELP)
-@click.option("--timeout", type=float, default=None, hidden=True, help="Deprecated: --submission-timeout.")
+@timeout_options(submission_default=300.0, alias="--submission-timeout")
 @intake_options
 @sandbox_options
 def grade_all(folder, output, jobs, force, call_timeout, submission_timeout, timeout, **sandbox):
