@@ -12,6 +12,7 @@ Rounds are interleaved across implementations and the best round is kept.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -94,13 +95,13 @@ def run(*, tokens=(32, 128), heads=(1, 4, 16, 64), d_model=128, batch=4, rounds=
                     if device != "cpu":
                         remote = {k: r.to(device=device) for k, r in remote.items()}
                 block = lambda n: x.expand(n, *x.shape)  # noqa: E731  (n passes on x; sent as one x)
-                reps = {k: _reps_for(timing.time_block(m, block(2))) for k, m in local.items()}
+                reps = {k: _reps_for(timing.time_block(m, block(2), clock=time.perf_counter)) for k, m in local.items()}
                 for k, r in remote.items():  # longer blocks, so that the round trip's cost is shared
                     reps[k] = _reps_for(timing.time_remote_block(r, block(5), discard=True)[0], target=0.05)
                 row = Row(T, H, {k: float("inf") for k in [*local, *remote]})
                 for _ in range(rounds):
                     for k, m in local.items():
-                        row.seconds[k] = min(row.seconds[k], timing.time_block(m, block(reps[k])))
+                        row.seconds[k] = min(row.seconds[k], timing.time_block(m, block(reps[k]), clock=time.perf_counter))
                     for k, r in remote.items():
                         row.seconds[k] = min(row.seconds[k],
                                              timing.time_remote_block(r, block(reps[k]), discard=True)[0])

@@ -11,10 +11,16 @@ Kept in one place, and in layers (each its own grader test):
    MAX_SLOWDOWN times slower.
 
 Timing the student cannot fake: every duration is read by the trusted
-process's own clock. The student process runs a block of forward passes on
-request; the grader times the whole request, so a module that sleeps is slow
-however it patches the timers of its own process (CPU time is not used: a
-sleeping process uses none). The sizes make per-operator overhead dominate
+process's own clocks. The student process runs a block of forward passes on
+request; the grader times the whole request by the wall clock, so a module
+that sleeps, or works in other threads or processes, is slow however it
+patches the timers of its own process. The reference modules run in the
+grader's own thread, which is timed by its CPU clock (`time.thread_time`):
+a busy machine that preempts a reference block does not make it look slower.
+So load can only slow the student's side, never the references: noise can
+cost an honest module a retry, never buy a slow one the points (a reference
+stacked block is long, about 15 times a fused one, and was the block that
+load inflated most when both sides were timed by the wall clock). The sizes make per-operator overhead dominate
 (many small heads), where fusing pays most: the reference stacked module runs
 about ten operators per head, a fused one about fifteen in all. Both sides
 run single-threaded; rounds of the three modules are interleaved and each
@@ -159,8 +165,12 @@ def build_fused(student, device="cpu"):
     return remote.to(device=device) if device != "cpu" else remote
 
 
-def time_block(module, xs):
-    """Seconds per forward pass of `module`, one pass per input of `xs`, by this process's clock."""
+def time_block(module, xs, clock=time.thread_time):
+    """Seconds per forward pass of `module`, one pass per input of `xs`, by this process's clock.
+
+    On CPU the clock is this thread's CPU time by default (the module must run single-threaded:
+    `measure` sets one thread), so that preemption does not count; `bench`, which may run several
+    threads, passes the wall clock."""
     with torch.no_grad():
         if xs.device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -171,10 +181,10 @@ def time_block(module, xs):
             end.record()
             torch.cuda.synchronize()
             return start.elapsed_time(end) / 1e3 / len(xs)
-        begin = time.perf_counter()
+        begin = clock()  # CPU time by default: a reference preempted by a busy machine is not made slower
         for x in xs:
             module(x)
-        return (time.perf_counter() - begin) / len(xs)
+        return (clock() - begin) / len(xs)
 
 
 def time_remote_block(remote, xs, discard=False):
@@ -197,12 +207,12 @@ def serialization_cost(xs):
     student process reported, or that it could stretch by answering some
     requests slowly, would make the references look slow.
     """
-    begin = time.perf_counter()
+    begin = time.thread_time()
     buf = io.BytesIO()
     torch.save({"op": "time", "inputs": xs}, buf, _use_new_zipfile_serialization=False)  # the request
     torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
     wire.decode(wire.encode({"ok": True, "outputs": xs.clone()}))  # the answer
-    return time.perf_counter() - begin
+    return time.thread_time() - begin
 
 
 def did_the_work(outputs, reference, xs, mismatched=None):
