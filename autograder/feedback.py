@@ -107,6 +107,9 @@ def _cannot_draw(data) -> str:
     yours = _matrix_shape(data.get("yours"))
     if yours != expected:
         got = "something that is not a matrix of numbers" if yours is None else f"shape {yours}"
+        told = data.get("yours_shape")  # the grader records only the shape of weights of another shape
+        if yours is None and isinstance(told, list) and told and all(type(n) is int for n in told[:8]):
+            got = f"shape {tuple(told[:8])}" + (" (and more dimensions)" if len(told) > 8 else "")
         return f"your weights have {got}, the check expects shape {expected}"
     return ""
 

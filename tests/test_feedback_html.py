@@ -16,9 +16,11 @@ import subprocess
 from html.parser import HTMLParser
 
 import pytest
+import torch
 
 from autograder import feedback
 from autograder.feedback import HEATMAP_MAX_CELLS, to_html
+from autograder.graders.common import heatmap
 from autograder.results import GradeReport
 from autograder.results import TestResult as Result
 
@@ -91,6 +93,15 @@ def test_an_answer_of_another_shape_is_not_drawn():
                                                       {**TUTORIAL, "yours": [[0.5, 0.5, 0.0]] * 2})])
     page = to_html(report)
     assert "data:image/png" not in page and "your weights have shape (2, 3), the check expects shape (2, 2)" in page
+
+
+def test_weights_of_another_shape_are_told_by_their_shape_alone():
+    """The graders record only the shape of weights unlike the reference's (graders/common.heatmap)."""
+    data = heatmap("tutorial 001", torch.zeros(1, 1).expand(2048, 2048), torch.full((2, 2), 0.5))
+    assert "yours" not in data and data["yours_shape"] == [2048, 2048]
+    page = to_html(GradeReport(submission="s", tests=[check("t", "tutorial 001", "passed", "", data)]))
+    assert "data:image/png" not in page
+    assert "your weights have shape (2048, 2048), the check expects shape (2, 2)" in page
 
 
 def test_a_recording_larger_than_the_cap_is_not_drawn_even_of_the_expected_shape():

@@ -50,6 +50,20 @@ def random_mask(*shape, seed=0):
     return mask
 
 
+def heatmap(title, yours, expected):
+    """What a grader records for a picture of attention weights (feedback.py draws it).
+
+    The student's weights are recorded only when they have the reference's shape: a wrong answer can be
+    millions of numbers (an (N, N) tensor for a 2 x 2 example), so only its shape is told then.
+    """
+    data = {"title": title, "expected": expected.tolist()}
+    if isinstance(yours, torch.Tensor) and yours.shape == expected.shape:
+        data["yours"] = yours.tolist()
+    else:
+        data["yours_shape"] = list(yours.shape) if isinstance(yours, torch.Tensor) else None
+    return data
+
+
 def params_of(module):
     """Parameter name -> detached value of a reference module."""
     return {name: p.detach().clone() for name, p in module.named_parameters()}

@@ -5,7 +5,8 @@ import torch
 
 from autograder import checks, diagnose
 from autograder.checks import grade, needs_cuda
-from autograder.graders.common import SEED_001_Q, fixed_device, made_on_fixed_device, random_mask, randn
+from autograder.graders.common import (SEED_001_Q, fixed_device, heatmap, made_on_fixed_device, random_mask,
+                                      randn)
 from solutions import attention as ref
 
 FN = "scaled_dot_product_attention"
@@ -68,9 +69,8 @@ def test_worked_example_seed_001(student, record_property):
     """reproduces tutorial 001: b1 = (0.33, 0.67), b2 = (0.50, 0.50)"""
     eye = torch.eye(2)  # K = V = I
     out, weights = run(student, SEED_001_Q, eye, eye)
-    record_property("heatmap", {"title": "tutorial 001: weights of q1, q2 over k1, k2",
-                                "yours": weights.tolist(), "expected": ref.scaled_dot_product_attention(
-                                    SEED_001_Q, eye, eye)[1].tolist()})
+    record_property("heatmap", heatmap("tutorial 001: weights of q1, q2 over k1, k2", weights,
+                                       ref.scaled_dot_product_attention(SEED_001_Q, eye, eye)[1]))  # (2, 2)
     s = 1 / math.sqrt(2)  # scaled scores of q1: (0.71, 1.41)
     b1 = torch.softmax(torch.tensor([s, 2 * s]), dim=0)
     expected = torch.stack([b1, torch.tensor([0.5, 0.5])])  # [[0.3302, 0.6698], [0.5, 0.5]]
@@ -117,9 +117,8 @@ def test_masked_positions_get_zero_weight(student, record_property):
     variants = {n: w for n, (_, w) in diagnose.attention_variants(q, k, v, mask).items()}
     expected = ref.scaled_dot_product_attention(q, k, v, mask=mask)[1]
     weights = checks.shape(weights, (2, 4, 6), "weights for query (2, 4, 8), key (2, 6, 8)", variants=variants)
-    record_property("heatmap", {"title": "weights with a mask (first batch item; blocked positions must be 0)",
-                                "yours": weights[0].tolist(),
-                                "expected": expected[0].tolist()})
+    record_property("heatmap", heatmap("weights with a mask (first batch item; blocked positions must be 0)",
+                                       weights[0], expected[0]))  # (4, 6)
     leaked = (weights != 0) & ~mask
     if leaked.any():
         b, i, j = (int(x) for x in leaked.nonzero()[0])
