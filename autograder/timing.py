@@ -14,13 +14,18 @@ Timing the student cannot fake: every duration is read by the trusted
 process's own clocks. The student process runs a block of forward passes on
 request; the grader times the whole request by the wall clock, so a module
 that sleeps, or works in other threads or processes, is slow however it
-patches the timers of its own process. The reference modules run in the
-grader's own thread, which is timed by its CPU clock (`time.thread_time`):
-a busy machine that preempts a reference block does not make it look slower.
-So load can only slow the student's side, never the references: noise can
-cost an honest module a retry, never buy a slow one the points (a reference
-stacked block is long, about 15 times a fused one, and was the block that
-load inflated most when both sides were timed by the wall clock). The sizes make per-operator overhead dominate
+patches the timers of its own process. The reference stacked module runs
+in the grader's own thread and is timed by that thread's CPU clock
+(`time.thread_time`): its block is long (about 15 times a fused one), so
+under load it is rarely run without being preempted, and when it was timed
+by the wall clock that alone made a loop-over-heads module look 4.5 times
+faster than it (benchmarks/speedup_reliability.py, under heavy load). By the
+CPU clock load cannot make it look slower: noise can cost an honest module a
+retry, never buy a slow one the speedup points. The reference fused module
+is timed by the wall clock, as the student's block: the two blocks are of
+about the same length and alternate, so load slows both alike and the best
+rounds compare like with like (by its CPU clock, load on the student's side
+alone cost the honest module the check in 1 run of 40). The sizes make per-operator overhead dominate
 (many small heads), where fusing pays most: the reference stacked module runs
 about ten operators per head, a fused one about fifteen in all. Both sides
 run single-threaded; rounds of the three modules are interleaved and each
@@ -263,7 +268,8 @@ def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None) -
             xs = inputs(device, reps, seed=round_seed(secret, r))
             student, outputs = time_remote_block(fused_remote, xs)
             with frozen(root) as freeze:
-                ref_stacked, ref_fused = time_block(stacked, xs), time_block(fused, xs)
+                ref_stacked = time_block(stacked, xs)  # CPU clock: a long block, the one load inflates
+                ref_fused = time_block(fused, xs, clock=time.perf_counter)  # wall clock, as the student's block
                 trip = serialization_cost(xs)
             verified = did_the_work(outputs, fused, xs, mismatched) and verified
             if freeze.clean is False:

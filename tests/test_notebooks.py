@@ -185,6 +185,52 @@ def test_notebook_01_hints_at_the_scaling_on_the_assert_a_scaling_bug_fails(divi
     assert "sqrt(d_k)" in str(info.value), f"the failing assert gives no scaling hint: {info.value}"
 
 
+@pytest.mark.parametrize("bug, hint", [
+    (None, None),
+    ("Wo first", "your layers were created in the order ['Wo', 'Wq', 'Wk', 'Wv']"),
+    ("other numbers", ""),  # a bug elsewhere: the order is right, so no word of it
+])
+def test_notebook_04_compares_the_whole_fused_example_and_names_the_layer_order_only_when_it_differs(bug, hint):
+    import math
+
+    import torch
+    from torch import nn
+
+    from solutions.mha import MultiHeadAttention as Reference
+
+    class Student(Reference):
+        def __init__(self, d_in, d_out, context_length, dropout, num_heads):
+            if bug != "Wo first":
+                super().__init__(d_in, d_out, context_length, dropout, num_heads)
+                return
+            nn.Module.__init__(self)
+            self.Wo = nn.Linear(d_out, d_out)
+            self.Wq, self.Wk, self.Wv = (nn.Linear(d_in, d_out, bias=False) for _ in range(3))
+            self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+            self.dropout = nn.Dropout(dropout)
+            self.register_buffer("mask", torch.tril(torch.ones(context_length, context_length, dtype=torch.bool)))
+
+        def forward(self, x):
+            if bug == "other numbers":
+                x = x * math.sqrt(2)  # any change of the numbers with the layers in the right order
+            return super().forward(x)
+
+    code = _cell_code("mha", "check-seed-004-fused")
+    batch = torch.tensor([[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64], [0.22, 0.58, 0.33],
+                          [0.77, 0.25, 0.10], [0.05, 0.80, 0.55]]).expand(2, 6, 3)
+    namespace = {"MultiHeadAttention": Student, "batch": batch}
+    if bug is None:
+        exec(code, namespace)
+        return
+    with pytest.raises(AssertionError) as info:
+        exec(code, namespace)
+    assert "the six rows should be" in str(info.value)
+    if hint:
+        assert hint in str(info.value), info.value
+    else:
+        assert "order" not in str(info.value), f"a hint without evidence: {info.value}"
+
+
 def test_notebook_04_plots_the_weights_the_students_forward_computed():
     import matplotlib
 
