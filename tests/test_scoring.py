@@ -140,3 +140,16 @@ def test_a_real_grading_shows_the_same_figures_in_every_format(buggy_report):
     assert 0 < expected[0] < 100 and expected[0] == sum(figure for figure, _ in expected[1].values())
     for fmt_name, figures in seen.items():
         assert figures == expected, f"{fmt_name} says {figures}, json says {expected}"
+
+
+def test_the_readme_example_report_is_what_grading_the_buggy_student_prints(buggy_report):
+    """Every line of the README's example report (its "..." aside) is a line of the real text report."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    example = readme.split("Example report (the bundled `examples/buggy-student`):", 1)[1].split("```")[1]
+    printed = {line.rstrip() for line in buggy_report.render("text").splitlines()}
+    stale = [line for line in example.splitlines()[1:] if line.strip() not in ("", "...")
+             and not line.startswith("Isolation: ")  # the level this machine offers
+             and line.rstrip() not in printed]
+    assert not stale, ("the README's example report is stale: grade examples/buggy-student again and paste what it "
+                       "prints; lines it no longer prints:\n" + "\n".join(stale))
+
