@@ -276,7 +276,8 @@ def check(path):
 @cli.command("grade-all", short_help="Grade a class in parallel, resumable.")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--output", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Folder for OUT/<id>/results.json, feedback.md, feedback.html and OUT/gradebook.csv.")
+              help="Folder for OUT/<id>/results.json, feedback.md, feedback.html and OUT/gradebook.csv "
+                   "(an id named gradebook.csv, or ending in ~, gets OUT/<id>~/).")
 @click.option("--jobs", "-j", type=click.IntRange(1), default=None, help="Parallel gradings [default: core count].")
 @click.option("--force", is_flag=True, help="Grade again what OUT/gradebook.csv already holds.")
 @timeout_options(submission_default=300.0, alias="--submission-timeout")

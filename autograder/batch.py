@@ -195,12 +195,22 @@ def plan(folder: Path, out: Path, *, force: bool = False, timeout: float = 300.0
     todo, changed = [], 0
     for i, p in entries:
         row = rows.get(row_key(i))
-        if force or row is None or row.status not in DONE or not (Path(out) / i / "results.json").is_file():
+        if force or row is None or row.status not in DONE or not (output_folder(out, i) / "results.json").is_file():
             todo.append((i, p))
         elif row.fingerprint != prints[i] or not prints[i]:
             todo.append((i, p))
             changed += 1
     return entries, rows, todo, changed, prints
+
+
+RESERVED = frozenset({GRADEBOOK})  # the kit's own files in OUT (its temporary files begin with ".", as hidden ids)
+
+
+def output_folder(out: Path, sub_id: str) -> Path:
+    """OUT/<id>/, where a submission's files go. An id that names one of the kit's own files (gradebook.csv)
+    or ends with "~" gets a "~" appended, so that no submission's folder is the gradebook and no two ids
+    share a folder (the mapping is one to one)."""
+    return Path(out) / (sub_id + "~" if sub_id in RESERVED or sub_id.endswith("~") else sub_id)
 
 
 def discover(folder: Path) -> list[tuple[str, Path]]:
@@ -242,6 +252,15 @@ def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: 
     """
     start = time.monotonic()
     try:
+        return _grade_one(sub_id, path, out, timeout, call_timeout, start, stopped=stopped, **options)
+    except Exception as exc:  # writing its files failed (a name the file system refuses...): an error row
+        report = GradeReport(submission=sub_id, status="error", grader_failure=True,
+                             error=f"the grader failed: {type(exc).__name__}: {exc}")
+        return None if stopped is not None and stopped.is_set() else row_from_report(report, time.monotonic() - start)
+
+
+def _grade_one(sub_id, path, out, timeout, call_timeout, start, *, stopped=None, **options):
+    try:
         report = grade(path, timeout=timeout, call_timeout=call_timeout, **options)
     except SubmissionError as exc:  # nothing of it can be read: no student work to grade (0, and why)
         report = GradeReport(submission=sub_id, status="empty", error=f"no student work found: {exc}")
@@ -254,7 +273,7 @@ def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: 
     if stopped is not None and stopped.is_set():
         return None
     report.submission = sub_id
-    folder = Path(out) / sub_id
+    folder = output_folder(out, sub_id)
     folder.mkdir(parents=True, exist_ok=True)
     _write_atomic(folder / "results.json", report.render("gradescope") + "\n")
     _write_atomic(folder / "feedback.md", to_markdown(report))

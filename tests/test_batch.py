@@ -11,6 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from autograder import batch
+from autograder.feedback import to_markdown
+from autograder.results import GradeReport
 from grader_cli import cli
 from tests.conftest import MODULES, SOLUTIONS, TEMPLATE
 from tests.corpus import load_corpus, materialize
@@ -211,6 +213,35 @@ def test_a_new_kit_or_new_limits_grade_everything_again(tmp_path, monkeypatch):
     assert batch.plan(subs, out, limits=Limits(cpu_seconds=5))[3] == 1, "expected new limits to count as a change"
     monkeypatch.setattr(batch, "kit_digest", lambda: "another kit")
     assert batch.plan(subs, out)[3] == 1, "expected a changed kit (graders, reference) to count as a change"
+
+
+def test_an_id_named_like_the_kits_own_files_gets_a_folder_of_its_own(tmp_path):
+    """Issue 15: a submission named gradebook.csv aborted every run; now its files go to gradebook.csv~/,
+    and the id that ends with ~ itself moves on too, so no two ids share a folder."""
+    subs = tmp_path / "class"
+    for name in ("gradebook.csv", "gradebook.csv~", "alice"):
+        (subs / name).mkdir(parents=True)  # empty: quick to grade, and still a row with its files
+    out = tmp_path / "out"
+    rows_ = batch.grade_all(subs, out, jobs=1, warm=False)
+    assert sorted(rows_) == ["alice", "gradebook.csv", "gradebook.csv~"]
+    assert {r["id"]: r["status"] for r in rows(out).values()} == dict.fromkeys(rows_, "empty")
+    for sub_id, folder in [("gradebook.csv", "gradebook.csv~"), ("gradebook.csv~", "gradebook.csv~~"),
+                           ("alice", "alice")]:
+        heading = to_markdown(GradeReport(submission=sub_id)).splitlines()[0]  # the id, escaped for Markdown
+        assert (out / folder / "feedback.md").read_text().splitlines()[0] == heading, f"expected {sub_id} in {folder}/"
+    assert batch.plan(subs, out)[2] == [], "expected a second run to find every row again"
+
+
+def test_a_submission_whose_files_cannot_be_written_is_an_error_row_and_the_batch_goes_on(tmp_path):
+    subs = tmp_path / "class"
+    for name in ("alice", "bob"):
+        (subs / name).mkdir(parents=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "alice").write_text("a file where alice's folder should be")
+    rows_ = batch.grade_all(subs, out, jobs=1, warm=False)
+    assert rows_["alice"].status == "error" and rows_["alice"].total is None, rows_["alice"]
+    assert "the grader failed" in rows_["alice"].error and rows_["bob"].status == "empty"
 
 
 def test_content_digest_sees_file_contents_and_never_follows_links(tmp_path):
