@@ -72,6 +72,23 @@ def test_measurement_thresholds():
     assert "your fused 4000000 us" in slow.describe()
 
 
+def test_a_reference_block_is_timed_by_cpu_time_so_time_spent_off_the_cpu_does_not_count():
+    """A preempted reference block must not look slow (that bought a loop module the speedup points under
+    load); sleeping stands in for preemption here: the thread's CPU clock does not run during either."""
+    import time
+
+    import torch
+
+    class Waits(torch.nn.Module):
+        def forward(self, x):
+            time.sleep(0.02)
+            return x
+
+    xs = torch.zeros(3, 1)
+    assert timing.time_block(Waits(), xs) < 0.01
+    assert timing.time_block(Waits(), xs, clock=time.perf_counter) >= 0.02
+
+
 def test_measure_until_stops_at_the_first_pass(monkeypatch):
     calls = []
 
