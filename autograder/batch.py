@@ -29,16 +29,17 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import stat
 import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder import MODULES
+from autograder import MODULES, batchlock
 from autograder.engine import SubmissionError, WarmServers, grade
 from autograder.feedback import to_html, to_markdown
 from autograder.results import GradeReport, csv_cell, csv_value, safe_line
@@ -292,6 +293,22 @@ def row_from_report(report: GradeReport, seconds: float = 0.0) -> Row:
     return Row(report.submission, total, modules, report.status, seconds, error, report.isolation)
 
 
+@contextmanager
+def _batch_folder():
+    """MHA_BATCH_DIR for the gradings of this run (autograder/batchlock.py), removed after it."""
+    previous = os.environ.get(batchlock.ENV)
+    path = tempfile.mkdtemp(prefix="mha-batch-")
+    os.environ[batchlock.ENV] = path
+    try:
+        yield path
+    finally:
+        if previous is None:
+            os.environ.pop(batchlock.ENV, None)
+        else:
+            os.environ[batchlock.ENV] = previous
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool = False, timeout: float = 300.0,
               call_timeout: float = 10.0, progress=None, warm: bool = True, on_interrupt=None, planned=None,
               **options) -> dict[str, Row]:
@@ -331,6 +348,7 @@ def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool =
             progress(row)
 
     with ExitStack() as stack:
+        stack.enter_context(_batch_folder())  # speed checks one at a time, neighbours stopped (batchlock)
         # entered first, left last: when the run is stopped, the servers end their workers before the
         # pool waits for its threads
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=jobs))

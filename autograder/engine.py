@@ -210,7 +210,7 @@ class WarmServers:
 
 
 GRADER_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
-              "VIRTUAL_ENV", "MHA_REFUSE")
+              "VIRTUAL_ENV", "MHA_REFUSE", "MHA_BATCH_DIR")
 
 
 def grader_env():

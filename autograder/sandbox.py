@@ -34,7 +34,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from autograder import LEVELS, MODULES, intake as _intake, wire
+from autograder import LEVELS, MODULES, batchlock, intake as _intake, wire
 from autograder.forkserver import Worker
 
 REMEDY = {
@@ -334,12 +334,14 @@ class Sandbox:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 cwd=self._work, env=config["env"], start_new_session=True,
             )
+        batchlock.register(self._proc.pid)  # in a class run, other gradings' speed checks stop this tree
 
     def _kill(self):
         """End the student process and everything it started: its keeper (see _child.py) ends them all on
         SIGTERM; the process group is killed outright if the keeper does not finish in time."""
         if self._proc is None:
             return
+        batchlock.unregister(self._proc.pid)
         try:
             os.kill(self._proc.pid, signal.SIGTERM)
             os.kill(self._proc.pid, signal.SIGCONT)  # a keeper stopped by a freeze (autograder/freeze.py) acts on it
@@ -472,8 +474,9 @@ class Sandbox:
         timeout = self.call_timeout if timeout is None else timeout
         self._ensure_ready()
         try:
-            self._write({"op": op, **fields})
-            answer = self._read(time.monotonic() + timeout, answer_limit)
+            with batchlock.student_call():  # in a class run, never while another grading measures speed
+                self._write({"op": op, **fields})
+                answer = self._read(time.monotonic() + timeout, answer_limit)
         except TimeoutError:
             self._strike(module, f"no answer within {timeout:g} s")
             raise StudentError(f"{context} did not finish within {timeout:g} s "

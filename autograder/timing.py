@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from autograder import wire
+from autograder import batchlock, wire
 from autograder.freeze import frozen
 
 from solutions import mha as ref
@@ -88,6 +88,7 @@ class Measurement:
     rounds: int = ROUNDS  # rounds timed, over all tries
     discarded: int = 0  # of them, rounds in which student code ran while a reference was timed
     details: list = field(default_factory=list)  # why rounds were discarded (CPU used, new processes)
+    neighbours: int = 0  # in a class run, the other submissions' process trees stopped during the measurement
     mismatched: list = field(default_factory=list, repr=False)  # (input, output) of passes unlike the reference
     module: object = field(default=None, repr=False)  # the student's timed module (a RemoteModule)
 
@@ -129,7 +130,8 @@ class Measurement:
         return {"student_fused_s": self.student_fused, "reference_stacked_s": self.reference_stacked,
                 "reference_fused_s": self.reference_fused, "speedup": self.speedup, "slowdown": self.slowdown,
                 "device": self.device, "verified": self.verified, "seeds": list(self.seeds), "rounds": self.rounds,
-                "discarded": self.discarded, "discarded_why": self.details[:5], "reps": REPS, "sizes": dict(SIZES)}
+                "discarded": self.discarded, "discarded_why": self.details[:5], "neighbours_stopped": self.neighbours,
+                "reps": REPS, "sizes": dict(SIZES)}
 
 
 def inputs(device="cpu", reps=REPS, seed=0):
@@ -255,7 +257,9 @@ def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None) -
     checked against the reference fused module (which has the same weights)
     after the timing: a block that skips its work, or replays answers, is
     caught. The references are timed with the student's process tree
-    frozen; a round in which it used CPU anyway is discarded.
+    frozen; a round in which it used CPU anyway is discarded. In a class
+    run (autograder/batchlock.py) the whole measurement holds the batch's
+    lock, with every other submission's process tree stopped.
     """
     secret = new_secret() if secret is None else secret
     stacked, fused = reference_modules(device)
@@ -263,29 +267,35 @@ def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None) -
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     verified, discarded, details, mismatched = True, 0, [], []
-    try:
-        warm = round_inputs(secret, 0, device)
-        time_remote_block(fused_remote, warm)  # warm up both sides
-        time_block(stacked, warm), time_block(fused, warm)
-        best = [float("inf")] * 4
-        for r in range(1, rounds + 1):
-            xs = inputs(device, reps, seed=round_seed(secret, r))
-            student, outputs = time_remote_block(fused_remote, xs)
-            with frozen(root) as freeze:
-                ref_stacked = time_block(stacked, xs)  # CPU clock: a long block, the one load inflates
-                ref_fused = time_block(fused, xs, clock=time.perf_counter)  # wall clock, as the student's block
-                trip = serialization_cost(xs)
-            verified = did_the_work(outputs, fused, xs, mismatched) and verified
-            if freeze.clean is False:
-                discarded += 1
-                details.append(freeze.why())
-                continue
-            best = [min(b, t) for b, t in zip(best, (student, ref_stacked, ref_fused, trip))]
-    finally:
-        torch.set_num_threads(threads)
+    with batchlock.quiet(root) as neighbours:  # in a class run: no other submission's code runs meanwhile
+        try:
+            warm = round_inputs(secret, 0, device)
+            time_remote_block(fused_remote, warm)  # warm up both sides
+            time_block(stacked, warm), time_block(fused, warm)
+            best = [float("inf")] * 4
+            for r in range(1, rounds + 1):
+                xs = inputs(device, reps, seed=round_seed(secret, r))
+                student, outputs = time_remote_block(fused_remote, xs)
+                with frozen(root) as freeze:
+                    ref_stacked = time_block(stacked, xs)  # CPU clock: a long block, the one load inflates
+                    ref_fused = time_block(fused, xs, clock=time.perf_counter)  # wall clock, as the student's
+                    trip = serialization_cost(xs)
+                verified = did_the_work(outputs, fused, xs, mismatched) and verified
+                if freeze.clean is False:
+                    discarded += 1
+                    details.append(freeze.why())
+                    continue
+                best = [min(b, t) for b, t in zip(best, (student, ref_stacked, ref_fused, trip))]
+        finally:
+            torch.set_num_threads(threads)
+    ran = [f.why().replace("the student's", "another submission's") for f in neighbours if f.clean is False]
+    if ran:  # a neighbour of the batch ran anyway (its processes could not all be stopped): nothing vouched
+        discarded = rounds
+        details.append("; ".join(ran) + " during the measurement")
     student, ref_stacked, ref_fused, trip = best
     return Measurement(student, ref_stacked + trip / reps, ref_fused + trip / reps, device=device, verified=verified,
-                       seeds=(secret,), rounds=rounds, discarded=discarded, details=details, mismatched=mismatched)
+                       seeds=(secret,), rounds=rounds, discarded=discarded, details=details, mismatched=mismatched,
+                       neighbours=len(neighbours))
 
 
 def passes(m: Measurement) -> bool:
@@ -311,7 +321,8 @@ def measure_until(fused_remote, passes=passes, device="cpu", retries=RETRIES) ->
                             min(m.reference_fused, result.reference_fused), device=device,
                             verified=m.verified and result.verified, seeds=result.seeds + m.seeds,
                             rounds=result.rounds + m.rounds, discarded=result.discarded + m.discarded,
-                            details=result.details + m.details, mismatched=result.mismatched + m.mismatched)
+                            details=result.details + m.details, mismatched=result.mismatched + m.mismatched,
+                            neighbours=max(result.neighbours, m.neighbours))
         result = m
         if passes(result):
             break
