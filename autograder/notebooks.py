@@ -20,6 +20,8 @@ through a link, and no larger than its limit).
 from __future__ import annotations
 
 import ast
+import builtins
+import json
 import re
 from pathlib import Path
 
@@ -61,8 +63,49 @@ def _is_constant(node) -> bool:
 
 
 def _strip_magics(source: str) -> str:
-    """IPython magics and shell escapes become blank lines (line numbers stay)."""
-    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    """IPython magics and shell escapes become blank lines (line numbers stay).
+
+    Only a line that starts a statement can be a magic: a line inside brackets, a string or after a
+    backslash is a continuation, whatever its first character (black's style puts `% b` or `!= c` there).
+    One pass over the characters, tracking brackets, strings and comments.
+    """
+    out = []
+    depth, quote, continued = 0, None, False  # open brackets, the open string's quote, a trailing backslash
+    for line in source.splitlines():
+        if depth == 0 and quote is None and not continued and line.lstrip().startswith(("%", "!")):
+            out.append("")
+            continue
+        out.append(line)
+        continued = False
+        i, n = 0, len(line)
+        while i < n:
+            c = line[i]
+            if quote is not None:
+                if c == "\\":
+                    i += 2
+                    continue
+                if line.startswith(quote, i):
+                    i += len(quote)
+                    quote = None
+                    continue
+                i += 1
+                continue
+            if c == "#":
+                break
+            if c in "\"'":
+                quote = line[i:i + 3] if line[i:i + 3] in ('"""', "'''") else c
+                i += len(quote)
+                continue
+            if c in "([{":
+                depth += 1
+            elif c in ")]}":
+                depth = max(0, depth - 1)
+            elif c == "\\" and i == n - 1:
+                continued = True
+            i += 1
+        if quote is not None and len(quote) == 1 and not line.endswith("\\"):
+            quote = None  # a one-quote string ends with its line (else it is a syntax error anyway)
+    return "\n".join(out)
 
 
 def _is_module_cell(cell, module) -> bool:
@@ -70,33 +113,132 @@ def _is_module_cell(cell, module) -> bool:
     return meta.get("grade_id") == f"{module}-code" or bool(meta.get("solution"))
 
 
-def notebook_to_source(nb, module: str, name: str = "notebook") -> str:
+MAX_CELL_CHARS = 200_000  # a cell longer than this is not parsed here (a module cell of the kit is ~5,000)
+
+
+def _cell_text(cell) -> str | None:
+    """A code cell's source as one string, or None when the cell is no such thing (schema-invalid)."""
+    source = cell.get("source") if isinstance(cell, dict) else None
+    if isinstance(source, list) and all(isinstance(s, str) for s in source):
+        source = "".join(source)
+    return source if isinstance(source, str) else None
+
+
+def _parse(source: str):
+    """The cell's module AST, or None when it does not parse (a syntax error, or nesting too deep for the
+    parser: RecursionError, MemoryError)."""
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _bound_names(node) -> set[str]:
+    """The names an assignment binds at module level (`A = B = ...`, `A, B = ...`, `A: int = ...`)."""
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def _loaded_names(node) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _free_names(node) -> set[str]:
+    """The global names `node` may read: for a function, what it loads and does not bind itself
+    (parameters, its own assignments and imports); for a class, the same for each method."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        bound = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+        bound |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        bound |= {(a.asname or a.name).split(".")[0] for n in ast.walk(node) if isinstance(n, (ast.Import,
+                  ast.ImportFrom)) for a in n.names}
+        return _loaded_names(node) - bound
+    if isinstance(node, ast.ClassDef):
+        names = set().union(*(_loaded_names(n) for n in node.bases + node.keywords + node.decorator_list))
+        for item in node.body:
+            names |= _free_names(item)
+        return names
+    return _loaded_names(node)
+
+
+def _binds(node) -> set[str]:
+    """The module-level names a kept statement binds."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    return _bound_names(node)
+
+
+def _module_nodes(tree) -> list:
+    """The statements of a cell a module keeps for sure: imports (not of display packages), functions,
+    classes and literal constants."""
+    return [node for node in tree.body
+            if (isinstance(node, _KEEP) and not _is_display_import(node)) or _is_constant(node)]
+
+
+def notebook_to_source(nb, module: str, name: str = "notebook", *, too_long=frozenset()) -> str:
     """The Python source of `module` taken from the notebook `nb` (an nbformat node).
 
     Each cell that contributes becomes `# --- cell N` (N counts every cell, markdown included, from 1)
     and then the cell's lines, with those left out blank: line k of the cell is k lines below the marker.
+
+    Besides imports, functions, classes and literal constants, an assignment is kept when it binds a name
+    that the kept code reads (`NEG_INF = float("-inf")` used by a function), and so on for what that
+    assignment reads; an experiment (`out = mha(batch)`) binds nothing the module reads and stays out.
+    A cell longer than MAX_CELL_CHARS is not parsed: the module cell then raises ImportError saying so.
+    `too_long`: the numbers of cells already emptied for being too long (`_empty_long_cells`).
     """
-    parts = [f'"""{module}.py, taken from {name}: its imports, functions, classes and constants."""']
-    for index, cell in enumerate(nb.cells, 1):
-        if cell.cell_type != "code":
+    cells = []  # (index, source, tree or None, is the module cell)
+    for index, cell in enumerate(nb.get("cells") or [], 1):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        source = _strip_magics(cell.source)
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            if _is_module_cell(cell, module):
+        source = _cell_text(cell)
+        if source is None:
+            continue
+        is_module = _is_module_cell(cell, module)
+        if len(source) > MAX_CELL_CHARS or index in too_long:
+            cells.append((index, None, None, is_module))
+            continue
+        source = _strip_magics(source)
+        cells.append((index, source, _parse(source), is_module))
+    sure = [node for _, _, tree, _ in cells if tree is not None for node in _module_nodes(tree)]
+    kept = {id(node) for node in sure}
+    available = set(dir(builtins)).union(*(_binds(node) for node in sure))
+    assignments = [node for _, _, tree, _ in cells if tree is not None for node in tree.body
+                   if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
+                   and id(node) not in kept]
+    needed = set().union(*(_free_names(node) for node in sure))
+    grew = True
+    while grew:  # what the kept code reads, and what those assignments read in turn
+        grew = False
+        for node in assignments:
+            if (id(node) not in kept and _bound_names(node) & needed
+                    and _loaded_names(node.value) <= available | needed):
+                kept.add(id(node))
+                needed |= _loaded_names(node.value)
+                available |= _bound_names(node)
+                grew = True
+    parts = [f'"""{module}.py, taken from {name}: its imports, functions, classes and constants."""']
+    for index, source, tree, is_module in cells:
+        if source is None:
+            if is_module:
+                parts.append(f"# --- cell {index} (too long to read)\nraise ImportError("
+                             f"{f'cell {index} of {name} holds more than {MAX_CELL_CHARS:,} characters: it was not read'!r})")
+            continue
+        if tree is None:
+            if is_module:
                 parts.append(f"# --- cell {index} (does not parse)\n{source}")
             continue
         lines = source.splitlines()
-        kept = [""] * len(lines)
+        out = [""] * len(lines)
         for node in tree.body:
-            if (isinstance(node, _KEEP) and not _is_display_import(node)) or _is_constant(node):
+            if id(node) in kept:
                 start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-                kept[start - 1:node.end_lineno] = lines[start - 1:node.end_lineno]
-        while kept and not kept[-1].strip():
-            kept.pop()
-        if kept:
-            parts.append(f"# --- cell {index}\n" + "\n".join(kept))
+                out[start - 1:node.end_lineno] = lines[start - 1:node.end_lineno]
+        while out and not out[-1].strip():
+            out.pop()
+        if out:
+            parts.append(f"# --- cell {index}\n" + "\n".join(out))
     return "\n\n".join(parts) + "\n"
 
 
@@ -130,6 +272,23 @@ def missing_message(module: str) -> str:
             f"\"Your task\"); hand in the notebook under its own name, {notebook}")
 
 
+def _empty_long_cells(raw) -> set[int]:
+    """Empty, in a notebook's JSON (format 4), every cell whose source is longer than MAX_CELL_CHARS, before
+    nbformat validates it (validating 4 million lines took 20 s and 500 MB); return their numbers (from 1)."""
+    cells = raw.get("cells") if isinstance(raw, dict) and raw.get("nbformat") == 4 else None
+    found = set()
+    for index, cell in enumerate(cells if isinstance(cells, list) else [], 1):
+        source = cell.get("source") if isinstance(cell, dict) else None
+        if isinstance(source, list):
+            size = len(source) if len(source) > MAX_CELL_CHARS else sum(len(s) for s in source if isinstance(s, str))
+        else:
+            size = len(source) if isinstance(source, str) else 0
+        if size > MAX_CELL_CHARS:
+            cell["source"] = ""
+            found.add(index)
+    return found
+
+
 def notebook_file_to_source(path: Path) -> str:
     """Read a notebook file and return its module source; ValueError when it is not a notebook, or not a
     regular file within its size limit (a link, a FIFO: see autograder.intake)."""
@@ -145,10 +304,15 @@ def notebook_source(data: bytes, name: str) -> str:
     """The module source of the notebook file `name` whose bytes are `data`; ValueError when it is not a
     notebook."""
     try:
-        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
+        raw = json.loads(data.decode("utf-8"))
+        too_long = _empty_long_cells(raw)
+        nb = nbformat.reads(json.dumps(raw) if too_long else data.decode("utf-8"), as_version=4)
     except Exception as exc:  # nbformat raises many kinds of errors on a broken file
-        raise ValueError(f"{name} is not a readable notebook: {type(exc).__name__}: {exc}") from None
-    return notebook_to_source(nb, module_of(name) or Path(name).stem, name)
+        raise ValueError(f"{name} is not a readable notebook: {type(exc).__name__}: {str(exc)[:300]}") from None
+    try:
+        return notebook_to_source(nb, module_of(name) or Path(name).stem, name, too_long=too_long)
+    except (Exception, RecursionError, MemoryError) as exc:  # a notebook of an unexpected shape: its module only
+        raise ValueError(f"{name} could not be read as a notebook: {type(exc).__name__}") from None
 
 
 def notebooks_in(folder: Path) -> dict[str, Path]:

@@ -280,3 +280,95 @@ def test_one_notation_for_the_width_of_a_head():
     assert "(B, H, T, head_dim)" in heads
     readme = (TEMPLATE / "README.md").read_text()
     assert "| `head_dim` |" in readme and "`d_out`" in readme and "True means \"may attend\"" in readme
+
+
+# -- conversions of honest work, and notebooks shaped to hurt the trusted side (issue 15) --------------------
+def _module(*sources, module_cell_index=None):
+    nb = new_notebook(cells=[new_code_cell(s) for s in sources])
+    if module_cell_index is not None:
+        nb.cells[module_cell_index].metadata["nbgrader"] = {"grade_id": "attention-code", "solution": True}
+    return notebook_to_source(nb, "attention", "01_attention.ipynb")
+
+
+def _run(source):
+    namespace = {}
+    exec(compile(source, "attention.py", "exec"), namespace)
+    return namespace
+
+
+def test_continuation_lines_that_begin_like_a_magic_are_code():
+    """black puts an operator first on a continuation line: `% b`, `!= c` are code there, not magics."""
+    source = _module("%matplotlib inline\n!pip install torch\n"
+                     "def f(a, b):\n    return (a\n            % b)\n"
+                     "def g(c, d):\n    return (c\n            != d)\n"
+                     "def h():\n    return '''\n%not a magic\n'''\n")
+    namespace = _run(source)
+    assert namespace["f"](7, 4) == 3 and namespace["g"](1, 2) is True and "%not a magic" in namespace["h"]()
+    assert "%matplotlib" not in source and "!pip" not in source
+
+
+def test_a_constant_computed_by_a_call_is_kept_when_the_module_reads_it():
+    source = _module('import torch\nNEG_INF = float("-inf")\nSCALE = torch.tensor(2.0).sqrt()\n'
+                     "def masked(x):\n    return x.masked_fill(x < 0, NEG_INF) / SCALE\n",
+                     "out = masked(torch.ones(2))  # an experiment\nprint(out)\nfig = plt.figure()")
+    namespace = _run(source)
+    assert namespace["NEG_INF"] == float("-inf") and "masked" in namespace
+    assert "out" not in namespace and "fig" not in namespace, "an experiment the module does not read is left out"
+
+
+def test_an_assignment_that_reads_a_plotting_name_is_not_kept_even_if_a_function_reads_it():
+    source = _module("import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
+                     "def show():\n    ax.imshow([[1]])\n")
+    assert "plt.subplots" not in source
+    _run(source)
+
+
+@pytest.mark.parametrize("cell", [
+    {"cell_type": "code", "source": 123, "metadata": {}, "outputs": [], "execution_count": None},
+    {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None},
+    {"cell_type": "code", "source": "x = " + "(" * 5000 + ")" * 5000, "metadata": {}, "outputs": []},
+])
+def test_a_malformed_or_unparsable_cell_is_left_out_and_the_rest_is_read(cell):
+    from autograder.notebooks import notebook_source
+
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+          "cells": [cell, {"cell_type": "code", "source": "def f():\n    return 1\n", "metadata": {}, "outputs": [],
+                           "execution_count": None}]}
+    source = notebook_source(json.dumps(nb).encode(), "01_attention.ipynb")
+    assert _run(source)["f"]() == 1
+
+
+def test_a_notebook_nbformat_cannot_read_is_a_clear_error_of_its_module_alone():
+    from autograder.notebooks import notebook_source
+
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": ["not a cell"]}
+    with pytest.raises(ValueError, match="^01_attention.ipynb is not a readable notebook: ValidationError"):
+        notebook_source(json.dumps(nb).encode(), "01_attention.ipynb")
+
+
+def test_a_cell_too_long_to_read_is_not_parsed_and_its_module_says_so():
+    """5 million `x=1` lines made the trusted process reach 11.9 GB parsing them: a cell over the cap is never
+    parsed; in the module cell, the module raises ImportError saying why (that module's checks only)."""
+    from autograder.notebooks import MAX_CELL_CHARS
+
+    lines = MAX_CELL_CHARS // 4 + 1
+    source = _module("def f():\n    return 1\n", "x=1\n" * lines, module_cell_index=1)
+    assert "x=1" not in source and len(source) < 1000
+    with pytest.raises(ImportError, match=f"cell 2 of 01_attention.ipynb holds more than {MAX_CELL_CHARS:,}"):
+        _run(source)
+
+
+@pytest.mark.parametrize("as_list", [False, True])
+def test_a_file_with_a_cell_too_long_to_read_is_never_validated_line_by_line(as_list):
+    """The cell is emptied in the JSON before nbformat validates it (4 million lines took 20 s and 500 MB)."""
+    from autograder.notebooks import MAX_CELL_CHARS, notebook_source
+
+    lines = ["x=1\n"] * (MAX_CELL_CHARS // 4 + 1)
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "markdown", "id": "m", "source": "# Attention", "metadata": {}},
+        {"cell_type": "code", "id": "c", "source": lines if as_list else "".join(lines), "outputs": [],
+         "execution_count": None, "metadata": {"nbgrader": {"grade_id": "attention-code", "solution": True}}}]}
+    source = notebook_source(json.dumps(nb).encode(), "01_attention.ipynb")
+    assert "x=1" not in source
+    with pytest.raises(ImportError, match=f"cell 2 of 01_attention.ipynb holds more than {MAX_CELL_CHARS:,}"):
+        _run(source)
