@@ -81,6 +81,21 @@ def cpu_ns(pid: int) -> int:
     return total
 
 
+def thread_times(pids) -> dict[tuple[int, int], tuple[int, int]]:
+    """{(pid, tid): (ns on a CPU, ns waiting for one while runnable)} of every thread of `pids`, from
+    /proc/<pid>/task/<tid>/schedstat (threads without one are left out)."""
+    out = {}
+    for pid in pids:
+        for tid in _threads(pid):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as fh:
+                    fields = fh.read().split()
+                out[(pid, tid)] = (int(fields[0]), int(fields[1]))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
 def _all_stopped(pid):
     """Whether every thread of `pid` is stopped (or gone)."""
     for tid in _threads(pid):

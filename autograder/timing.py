@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from autograder import batchlock, wire
+from autograder import batchlock, freeze, wire
 from autograder.freeze import frozen
 
 from solutions import mha as ref
@@ -89,6 +89,7 @@ class Measurement:
     discarded: int = 0  # of them, rounds in which student code ran while a reference was timed
     details: list = field(default_factory=list)  # why rounds were discarded (CPU used, new processes)
     neighbours: int = 0  # in a class run, the other submissions' process trees stopped during the measurement
+    load_s: float = 0.0  # seconds per pass, summed over rounds, taken off the student's blocks: run delay
     mismatched: list = field(default_factory=list, repr=False)  # (input, output) of passes unlike the reference
     module: object = field(default=None, repr=False)  # the student's timed module (a RemoteModule)
 
@@ -131,6 +132,7 @@ class Measurement:
                 "reference_fused_s": self.reference_fused, "speedup": self.speedup, "slowdown": self.slowdown,
                 "device": self.device, "verified": self.verified, "seeds": list(self.seeds), "rounds": self.rounds,
                 "discarded": self.discarded, "discarded_why": self.details[:5], "neighbours_stopped": self.neighbours,
+                "run_delay_taken_off_s": self.load_s,
                 "reps": REPS, "sizes": dict(SIZES)}
 
 
@@ -210,6 +212,31 @@ def time_remote_block(remote, xs, discard=False):
     return (time.perf_counter() - begin) / len(xs), outputs
 
 
+def time_student_block(remote, xs, root):
+    """(seconds per forward pass, outputs, seconds per pass not counted) of the student's block.
+
+    The block is timed by the wall clock around the whole request (`time_remote_block`). When a single
+    thread of the student's whole process tree used CPU during it, and no process appeared, the time that
+    thread spent runnable but waiting for a CPU (the kernel's run delay, /proc/.../schedstat) is taken
+    off: that is the machine's load, not the module's cost. What is left is the thread's time on a CPU
+    plus any time it chose to wait (sleeping stays counted). A block that used other threads or processes
+    is not corrected, so work spread over them cannot be hidden; nor is one where the kernel gives no
+    schedstat (then the wall clock alone counts, as before).
+    """
+    pids = freeze.tree(root) if root is not None else []
+    before = freeze.thread_times(pids)
+    seconds, outputs = time_remote_block(remote, xs)
+    after = freeze.thread_times(pids)
+    if not before or set(freeze.tree(root)) != set(pids):
+        return seconds, outputs, 0.0
+    ran = [key for key, (cpu, _) in after.items() if cpu > before.get(key, (0, 0))[0]]
+    if len(ran) != 1 or ran[0] not in before:
+        return seconds, outputs, 0.0
+    waited = (after[ran[0]][1] - before[ran[0]][1]) / 1e9 / len(xs)
+    waited = min(max(waited, 0.0), seconds)
+    return seconds - waited, outputs, waited
+
+
 def serialization_cost(xs):
     """Seconds to serialise and read back a block's request and answer, measured here.
 
@@ -266,7 +293,7 @@ def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None) -
     root = fused_remote.sandbox.process_tree_root()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    verified, discarded, details, mismatched = True, 0, [], []
+    verified, discarded, details, mismatched, load = True, 0, [], [], 0.0
     with batchlock.quiet(root) as neighbours:  # in a class run: no other submission's code runs meanwhile
         try:
             warm = round_inputs(secret, 0, device)
@@ -275,15 +302,15 @@ def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None) -
             best = [float("inf")] * 4
             for r in range(1, rounds + 1):
                 xs = inputs(device, reps, seed=round_seed(secret, r))
-                student, outputs = time_remote_block(fused_remote, xs)
-                with frozen(root) as freeze:
-                    ref_stacked = time_block(stacked, xs)  # CPU clock: a long block, the one load inflates
-                    ref_fused = time_block(fused, xs, clock=time.perf_counter)  # wall clock, as the student's
+                student, outputs, waited = time_student_block(fused_remote, xs, root)
+                load += waited
+                with frozen(root) as stop:
+                    ref_stacked, ref_fused = time_block(stacked, xs), time_block(fused, xs)  # CPU clock
                     trip = serialization_cost(xs)
                 verified = did_the_work(outputs, fused, xs, mismatched) and verified
-                if freeze.clean is False:
+                if stop.clean is False:
                     discarded += 1
-                    details.append(freeze.why())
+                    details.append(stop.why())
                     continue
                 best = [min(b, t) for b, t in zip(best, (student, ref_stacked, ref_fused, trip))]
         finally:
@@ -295,7 +322,7 @@ def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None) -
     student, ref_stacked, ref_fused, trip = best
     return Measurement(student, ref_stacked + trip / reps, ref_fused + trip / reps, device=device, verified=verified,
                        seeds=(secret,), rounds=rounds, discarded=discarded, details=details, mismatched=mismatched,
-                       neighbours=len(neighbours))
+                       neighbours=len(neighbours), load_s=load)
 
 
 def passes(m: Measurement) -> bool:
@@ -322,7 +349,7 @@ def measure_until(fused_remote, passes=passes, device="cpu", retries=RETRIES) ->
                             verified=m.verified and result.verified, seeds=result.seeds + m.seeds,
                             rounds=result.rounds + m.rounds, discarded=result.discarded + m.discarded,
                             details=result.details + m.details, mismatched=result.mismatched + m.mismatched,
-                            neighbours=max(result.neighbours, m.neighbours))
+                            neighbours=max(result.neighbours, m.neighbours), load_s=result.load_s + m.load_s)
         result = m
         if passes(result):
             break

@@ -140,3 +140,48 @@ def test_speed_is_graded_for_a_correct_fused_module_only(tmp_path):
     case = next(c for c in load_corpus()["bug"] if c.id == "mha-fused-scale-by-dout")
     for test in speedup_results(materialize(case, tmp_path / case.id, SOLUTIONS)).values():
         assert test.status == "failed" and "fix its value checks first" in test.message, (test.id, test.message)
+
+
+SPIN = {  # the module's forward first works 30 ms on a CPU: in its own thread, or in a second one
+    "one thread": ("        import time\n        end = time.thread_time() + 0.03\n"
+                   "        while time.thread_time() < end:\n            pass\n"),
+    "two threads": ("        import threading, time\n        def spin():\n"
+                    "            end = time.thread_time() + 0.03\n            while time.thread_time() < end:\n"
+                    "                pass\n        worker = threading.Thread(target=spin)\n        worker.start()\n"
+                    "        worker.join()\n"),
+}
+
+
+@pytest.mark.parametrize("how", list(SPIN))
+def test_only_the_run_delay_of_a_block_run_by_one_thread_is_taken_off(tmp_path, how):
+    """Load is taken off the student's block only when one thread did all its work: the time that thread
+    waited for a CPU. Work spread over threads is timed by the wall clock alone (nothing can be hidden)."""
+    import os
+    import subprocess
+    import sys
+
+    from autograder import freeze
+    from autograder.sandbox import Sandbox
+
+    folder = fused_variant(tmp_path, patch_timers=False)
+    text = (folder / "mha.py").read_text().replace(SLEEP, SPIN[how] + "        B, T, _ = x.shape\n"
+                                                    "        H, hd = self.num_heads, self.head_dim")
+    (folder / "mha.py").write_text(text)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        with Sandbox(folder) as sandbox:
+            remote = timing.build_fused(sandbox)
+            root = sandbox.process_tree_root()
+            for pid in freeze.tree(root) + [busy.pid]:  # one CPU for both: the block must wait for it
+                for tid in os.listdir(f"/proc/{pid}/task"):
+                    os.sched_setaffinity(int(tid), {min(os.sched_getaffinity(0))})
+            xs = timing.inputs(reps=4)
+            wall_minus, outputs, waited = timing.time_student_block(remote, xs, root)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert len(outputs) == 4 and wall_minus >= 0.03
+    if how == "one thread":
+        assert waited > 0, "expected the time the block waited behind the busy loop taken off"
+    else:
+        assert waited == 0, "expected a block that used two threads timed by the wall clock alone"
