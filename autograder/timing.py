@@ -10,22 +10,23 @@ Kept in one place, and in layers (each its own grader test):
 3. the student's fused module against the reference *fused* module: at most
    MAX_SLOWDOWN times slower.
 
-Timing the student cannot fake: every duration is read by the trusted
-process's own clocks. The student process runs a block of forward passes on
-request; the grader times the whole request by the wall clock, so a module
-that sleeps, or works in other threads or processes, is slow however it
-patches the timers of its own process. The reference stacked module runs
-in the grader's own thread and is timed by that thread's CPU clock
-(`time.thread_time`): its block is long (about 15 times a fused one), so
-under load it is rarely run without being preempted, and when it was timed
-by the wall clock that alone made a loop-over-heads module look 4.5 times
-faster than it (benchmarks/speedup_reliability.py, under heavy load). By the
-CPU clock load cannot make it look slower: noise can cost an honest module a
-retry, never buy a slow one the speedup points. The reference fused module
-is timed by the wall clock, as the student's block: the two blocks are of
-about the same length and alternate, so load slows both alike and the best
-rounds compare like with like (by its CPU clock, load on the student's side
-alone cost the honest module the check in 1 run of 40). The sizes make per-operator overhead dominate
+Timing the student cannot fake, and load cannot move: every duration is read
+by the trusted process's own clocks. The student process runs a block of
+forward passes on request; the grader times the whole request by the wall
+clock, so a module that sleeps, or works in other threads or processes, is
+slow however it patches the timers of its own process. From that wall time
+one thing may be taken off: when a single thread of the student's whole
+process tree worked during the block (and no process appeared), the time
+that thread was runnable but waited for a CPU, which the kernel counts
+(run delay, /proc/<pid>/task/<tid>/schedstat): that is the machine's load,
+not the module's cost (`time_student_block`). The reference modules run in
+the grader's own thread and are timed by its CPU clock (`time.thread_time`),
+which preemption does not advance. Timed by the wall clock, the long
+reference stacked block (about 15 times a fused one) was inflated by load
+so much that a loop-over-heads module looked 4.5 times faster than it, and
+an inflated reference fused block once let a loop pass the second check
+(benchmarks/speedup_reliability.py, under heavy load); with these clocks,
+load changes neither side. The sizes make per-operator overhead dominate
 (many small heads), where fusing pays most: the reference stacked module runs
 about ten operators per head, a fused one about fifteen in all. Both sides
 run single-threaded; rounds of the three modules are interleaved and each
@@ -61,15 +62,14 @@ from solutions import mha as ref
 
 SIZES = {"batch": 2, "tokens": 16, "d_in": 64, "num_heads": 32, "head_dim": 2}
 # Measured here (benchmarks/speedup_reliability.py, 40 gradings each, a busy loop on one of the 2 cores
-# and the kit's whole test suite on the other): a correct fused module is 4.0-11.9x faster than the
-# reference stacked one (median 5.8) and 0.6-2.6x as slow as the reference fused one (median 1.25); a
-# fused module that loops over the heads is 0.6-1.5x faster (median 1.04; 1.2-2x on an idle machine) and
-# 4.3-17.7x as slow. Load can only lower a speedup (the stacked reference is timed by the CPU clock), so
-# MIN_SPEEDUP sits about 1.5x above what a loop reaches on an idle machine and 1.3x below the least an
-# honest module showed under heavy load; MAX_SLOWDOWN about 1.15x above the most an honest module showed
-# and 1.45x below the least a loop showed.
+# and the kit's whole test suite on the other): a correct fused module is 4.8-12.6x faster than the
+# reference stacked one (median 10.0) and 1.04-2.4x as slow as the reference fused one (median 1.27); a
+# fused module that loops over the heads is 1.1-1.7x faster (median 1.41) and 8.1-10.1x as slow (median
+# 8.9). Load moves neither figure much (see the clocks above), so each threshold sits about halfway, on a
+# log scale, between the honest module's worst and the loop's best: 1.6-1.8x from each side for
+# MIN_SPEEDUP, 1.7-2x for MAX_SLOWDOWN (which leaves room for honest styles slower than the reference).
 MIN_SPEEDUP = 3.0  # fused vs the reference stacked module
-MAX_SLOWDOWN = 3.0  # fused vs the reference fused module
+MAX_SLOWDOWN = 4.0  # fused vs the reference fused module
 ROUNDS = 5
 REPS = 20
 RETRIES = 3
