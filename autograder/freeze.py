@@ -96,6 +96,19 @@ def thread_times(pids) -> dict[tuple[int, int], tuple[int, int]]:
     return out
 
 
+def tasks_created() -> int | None:
+    """How many processes and threads this machine has created since it booted (/proc/stat `processes`), or
+    None: a figure that moved tells that some task started (and maybe already ended) meanwhile."""
+    try:
+        with open("/proc/stat", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"processes "):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _all_stopped(pid):
     """Whether every thread of `pid` is stopped (or gone)."""
     for tid in _threads(pid):

@@ -216,7 +216,8 @@ def time_student_block(remote, xs, root):
     """(seconds per forward pass, outputs, seconds per pass not counted) of the student's block.
 
     The block is timed by the wall clock around the whole request (`time_remote_block`). When a single
-    thread of the student's whole process tree used CPU during it, and no process appeared, the time that
+    thread of the student's whole process tree used CPU during it, and no task was created on the machine
+    meanwhile (a thread or process that worked and ended before it was seen), the time that
     thread spent runnable but waiting for a CPU (the kernel's run delay, /proc/.../schedstat) is taken
     off: that is the machine's load, not the module's cost. What is left is the thread's time on a CPU
     plus any time it chose to wait (sleeping stays counted). A block that used other threads or processes
@@ -224,13 +225,13 @@ def time_student_block(remote, xs, root):
     schedstat (then the wall clock alone counts, as before).
     """
     pids = freeze.tree(root) if root is not None else []
-    before = freeze.thread_times(pids)
+    before, created = freeze.thread_times(pids), freeze.tasks_created()
     seconds, outputs = time_remote_block(remote, xs)
     after = freeze.thread_times(pids)
-    if not before or set(freeze.tree(root)) != set(pids):
-        return seconds, outputs, 0.0
-    ran = [key for key, (cpu, _) in after.items() if cpu > before.get(key, (0, 0))[0]]
-    if len(ran) != 1 or ran[0] not in before:
+    if not before or created is None or freeze.tasks_created() != created or set(before) != set(after):
+        return seconds, outputs, 0.0  # a thread or process started (anywhere), or one ended: no correction
+    ran = [key for key, (cpu, _) in after.items() if cpu > before[key][0]]
+    if len(ran) != 1:
         return seconds, outputs, 0.0
     waited = (after[ran[0]][1] - before[ran[0]][1]) / 1e9 / len(xs)
     waited = min(max(waited, 0.0), seconds)

@@ -142,37 +142,58 @@ def test_speed_is_graded_for_a_correct_fused_module_only(tmp_path):
         assert test.status == "failed" and "fix its value checks first" in test.message, (test.id, test.message)
 
 
-SPIN = {  # the module's forward first works 30 ms on a CPU: in its own thread, or in a second one
+SPIN = {  # the module's forward first works 30 ms on a CPU: in its own thread, or in another one
     "one thread": ("        import time\n        end = time.thread_time() + 0.03\n"
                    "        while time.thread_time() < end:\n            pass\n"),
-    "two threads": ("        import threading, time\n        def spin():\n"
-                    "            end = time.thread_time() + 0.03\n            while time.thread_time() < end:\n"
-                    "                pass\n        worker = threading.Thread(target=spin)\n        worker.start()\n"
-                    "        worker.join()\n"),
+    "a new thread": ("        import threading, time\n        def spin():\n"
+                     "            end = time.thread_time() + 0.03\n            while time.thread_time() < end:\n"
+                     "                pass\n        worker = threading.Thread(target=spin)\n        worker.start()\n"
+                     "        worker.join()\n"),
+    "a waiting thread": ("        _go.set()\n        _done.wait()\n        _done.clear()\n"),
 }
+WAITING_WORKER = """import threading as _threading, time as _t
+_go, _done = _threading.Event(), _threading.Event()
+def _worker():
+    while True:
+        _go.wait()
+        _go.clear()
+        end = _t.thread_time() + 0.03
+        while _t.thread_time() < end:
+            pass
+        _done.set()
+_threading.Thread(target=_worker, daemon=True).start()
+"""
 
 
 @pytest.mark.parametrize("how", list(SPIN))
-def test_only_the_run_delay_of_a_block_run_by_one_thread_is_taken_off(tmp_path, how):
+def test_only_the_run_delay_of_a_block_run_by_one_thread_is_taken_off(tmp_path, how, monkeypatch):
     """Load is taken off the student's block only when one thread did all its work: the time that thread
-    waited for a CPU. Work spread over threads is timed by the wall clock alone (nothing can be hidden)."""
+    waited for a CPU. Work in another thread, new or already waiting, is timed by the wall clock alone."""
     import os
     import subprocess
     import sys
+    import time
 
     from autograder import freeze
     from autograder.sandbox import Sandbox
 
+    if how == "one thread":  # a task started anywhere on this busy machine also stops the correction
+        monkeypatch.setattr(freeze, "tasks_created", lambda: 0)
     folder = fused_variant(tmp_path, patch_timers=False)
     text = (folder / "mha.py").read_text().replace(SLEEP, SPIN[how] + "        B, T, _ = x.shape\n"
                                                     "        H, hd = self.num_heads, self.head_dim")
+    if how == "a waiting thread":
+        text = WAITING_WORKER + text
     (folder / "mha.py").write_text(text)
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         with Sandbox(folder) as sandbox:
             remote = timing.build_fused(sandbox)
             root = sandbox.process_tree_root()
-            for pid in freeze.tree(root) + [busy.pid]:  # one CPU for both: the block must wait for it
+            student = freeze.tree(root)[-1]
+            while len(os.listdir(f"/proc/{student}/task")) > (2 if how == "a waiting thread" else 1):
+                time.sleep(0.05)  # the student process's start-up thread (a meta-device warm-up) has ended
+            for pid in freeze.tree(root) + [busy.pid]:  # one CPU for all: the block must wait for it
                 for tid in os.listdir(f"/proc/{pid}/task"):
                     os.sched_setaffinity(int(tid), {min(os.sched_getaffinity(0))})
             xs = timing.inputs(reps=4)
