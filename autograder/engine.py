@@ -123,9 +123,11 @@ def taken(path, max_unzipped=None):
 
 
 def _take(path, tmp):
-    """({name: bytes}, {name: why not graded}) of the submission at `path` (autograder.intake)."""
+    """({name: bytes}, {name: why not graded}) of the submission at `path` (autograder.intake), the notes
+    capped (autograder.intake.capped_notes: each module's first, at most MAX_NOTES in all, the rest counted)."""
     if path.is_dir():
-        return intake.take_folder(path)
+        files, notes = intake.take_folder(path)
+        return files, intake.capped_notes(notes)
     if path.suffix.lower() == ".ipynb":
         if module_of(path) is None:
             raise SubmissionError(f"{path.name}: a notebook is named after its module, e.g. 01_attention.ipynb")
@@ -137,7 +139,7 @@ def _take(path, tmp):
     unpacked.mkdir()
     notes = intake.unzip(path, unpacked)
     files, more = intake.take_folder(unpacked)
-    return files, {**notes, **more}
+    return files, intake.capped_notes({**notes, **more})
 
 
 def _write_modules(files, folder, notes):

@@ -13,7 +13,15 @@ fill the disk. So every byte of a submission is read here, as hostile input:
   fstat (S_ISREG), never through a symbolic link, relative to the folder's own
   descriptor (a folder on the way cannot be swapped for a link either);
 * a folder is walked with os.scandir without following links: a linked folder
-  is never entered, and the walk looks at MAX_SCAN entries at most;
+  is never entered (the link is named in the report like any other); the
+  work is bounded whatever the submission holds: a folder is listed only up
+  to MAX_FOLDER entries (one that holds more is refused if its files would be
+  graded, skipped by the search otherwise), the search for the modules' folder
+  looks at MAX_SCAN entries in all, and a submission over these caps is
+  refused with a message that says which cap and what to hand in (never a
+  traceback, never minutes of listing before the grading's timeout starts);
+* a folder named like a module or a notebook (`01_attention.ipynb/`) is a
+  folder: searched like any other, never taken for the file it is named after;
 * sizes are bounded: a file over its MAX_FILE limit is refused by its size,
   before a byte is read, and reading stops at the limit anyway;
 * a zip is checked before it is unpacked (at most MAX_ENTRIES entries and
@@ -23,7 +31,10 @@ fill the disk. So every byte of a submission is read here, as hostile input:
 
 Each file left out is named, with the reason, in a sentence a student can act
 on ("zz.py is a symbolic link: not graded"): the report carries it, and a
-module left out costs exactly its own checks. Only `.py` files and notebooks
+module left out costs exactly its own checks. At most MAX_NOTES files are
+named one by one (each module's own file always is); the rest are counted in
+one note (`capped_notes`). Every name is the file's path inside the
+submission, never a path of the grading machine. Only `.py` files and notebooks
 are taken: nothing else of a submission is ever graded.
 
 One form of each module is graded. A submission that holds a module twice,
@@ -39,9 +50,11 @@ only when a submission holds both forms of a module).
 from __future__ import annotations
 
 import ast
+import collections
 import errno
 import hashlib
 import io
+import itertools
 import os
 import re
 import stat
@@ -58,13 +71,25 @@ MAX_UNZIPPED = 50 << 20
 MAX_ENTRIES = 1000
 #: A zip's central directory over this is refused before it is parsed (1000 entries take ~200 KiB).
 MAX_ZIP_DIRECTORY = 4 << 20
-#: How many folder entries the search for the modules' folder looks at, and how deep.
-MAX_SCAN = 10_000
+#: The most entries a folder may hold to be listed: one that holds more is refused when its files would be graded
+#: (a submission's top folder, the modules' folder) and skipped by the search otherwise; it costs MAX_FOLDER + 1
+#: entries read, never a listing of all of them.
+MAX_FOLDER = 10_000
+#: How much the search for the modules' folder looks at in all (entries listed, and folders opened on the way),
+#: and how deep: the search stops there, and a submission whose modules it has not found by then is refused.
+MAX_SCAN = 50_000
 MAX_DEPTH = 8
+#: How many files left out a report names one by one (each module's own file always is); the rest in one note.
+MAX_NOTES = 20
+#: What a submission is, as a message says it.
+EXPECTED = (f"your modules ({', '.join(f'{m}.py' for m in MODULES)}, or the notebooks 01_{MODULES[0]}.ipynb ... "
+            f"{len(MODULES):02d}_{MODULES[-1]}.ipynb)")
 #: Notebook names: `01_attention.ipynb`, `attention.ipynb`, `1-attention.ipynb`.
 NOTEBOOK_NAME = re.compile(r"^(?:\d+[_-])?(?P<module>[a-z]+)$")
 #: What a link's note adds: a link is never followed, wherever it points (into the submission or not).
 LINK_HINT = " (submit the file itself, not a link to it)"
+#: The same for a link whose name is no module's: it may stand for a folder (never entered) as well as a file.
+OTHER_LINK_HINT = " (links are never followed: submit the file or folder itself, not a link to it)"
 _READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
                | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -186,23 +211,40 @@ def _open_dir(path, dir_fd=None) -> int:
     return os.open(path, _DIR_FLAGS, dir_fd=dir_fd)
 
 
-def _entries(fd):
-    """The entries of the open folder `fd`, sorted by name; [] when it cannot be listed."""
+def _entries(fd, limit=None):
+    """The entries of the open folder `fd`, sorted by name; [] when it cannot be listed; None when it holds
+    more than `limit` (default MAX_FOLDER) entries, told after reading `limit` + 1 of them: a folder of a
+    million entries costs no more than that."""
+    limit = MAX_FOLDER if limit is None else limit
     try:
         with os.scandir(fd) as it:  # scandir works on its own duplicate of fd
-            return sorted(it, key=lambda e: e.name)
+            entries = list(itertools.islice(it, limit + 1))
     except OSError:
         return []
+    return None if len(entries) > limit else sorted(entries, key=lambda e: e.name)
 
 
 def _hidden(name) -> bool:
     return name.startswith(".") or name == "__MACOSX"
 
 
+def _may_be_module(name) -> bool:
+    """A cheap first look at a file name (no Path made, for the thousands of names a search may meet): could
+    `name` be a module's .py file or notebook (`module_of`)?"""
+    return name[:-3] in MODULES if name.endswith(".py") else name[-6:].lower() == ".ipynb"
+
+
 def _holds_modules(entries) -> bool:
-    """True when a folder's entries name a module (a .py or notebook of the contract, whatever its kind, so
-    that a module left out is named rather than looked for elsewhere)."""
-    return any(module_of(e.name) and not e.is_dir(follow_symlinks=False) for e in entries)
+    """True when a folder's entries name a module (a .py or notebook of the contract, whatever its kind but a
+    folder, so that a module left out is named rather than looked for elsewhere; a folder named
+    `01_attention.ipynb` is a folder, searched like any other)."""
+    return any(_may_be_module(e.name) and module_of(e.name) and not e.is_dir(follow_symlinks=False)
+               for e in entries)
+
+
+def _too_many(where) -> SubmissionError:
+    return SubmissionError(f"{where} holds more than {MAX_FOLDER:,} files and folders, more than a submission "
+                           f"ever needs: hand in {EXPECTED}, with their helper files only")
 
 
 def open_path(root_fd, parts) -> int:
@@ -226,34 +268,64 @@ def find_module_dir(root_fd) -> tuple[str, ...]:
     """The path (folder names) from `root_fd` to the folder that holds the modules.
 
     The root when it names a module; else its only subfolder that does (a
-    zip of one folder, a `submission/` inside); else the root. Hidden folders
-    and `__MACOSX` are skipped, links are never entered, and at most MAX_SCAN
-    entries, MAX_DEPTH folders deep, are looked at (a folder of a million
-    files costs no more than that).
+    zip of one folder, a `submission/` inside); else the root. The search
+    goes breadth first (the folders nearest the top first); hidden folders
+    and `__MACOSX` are skipped, links are never entered, and a folder named
+    like a module (`01_attention.ipynb/`) is a folder like any other.
+
+    Its work is bounded, never quadratic: each folder is opened once (through
+    at most MAX_DEPTH parents) and listed once, up to MAX_FOLDER entries; the
+    entries listed and the folders opened count against MAX_SCAN in all. A
+    folder over MAX_FOLDER is skipped (the top folder: SubmissionError); when
+    the search ends without a folder that holds modules, having skipped one
+    or stopped at MAX_SCAN, the submission is refused (SubmissionError,
+    saying why), rather than graded as empty.
     """
-    stack, found, seen = [()], [], 0
-    while stack and seen <= MAX_SCAN:
-        parts = stack.pop()
+    queue, found, budget, skipped, stopped = collections.deque([()]), [], MAX_SCAN, [], False
+    while queue:
+        parts = queue.popleft()
+        budget -= len(parts)  # the folders opened on the way
+        if budget < 0:
+            stopped = True
+            break
         try:
             fd = open_path(root_fd, parts)
         except OSError:
             continue  # a link put in a folder's place: never entered
         try:
-            entries = _entries(fd)
+            entries = _entries(fd, min(MAX_FOLDER, budget))
         finally:
             if fd != root_fd:
                 os.close(fd)
+        if entries is None:
+            if not parts:
+                raise _too_many("the submission's top folder")
+            if budget < MAX_FOLDER:  # cut by the search's own budget, not by the folder's size
+                stopped = True
+                break
+            budget -= MAX_FOLDER + 1
+            skipped.append("/".join(parts) + "/")
+            continue
+        budget -= len(entries)
         if _holds_modules(entries):
             if not parts:
                 return ()
             found.append(parts)
-        for entry in entries:
-            seen += 1
-            if seen > MAX_SCAN:
-                break
-            if len(parts) < MAX_DEPTH and not _hidden(entry.name) and entry.is_dir(follow_symlinks=False):
-                stack.append(parts + (entry.name,))
-    return found[0] if len(found) == 1 else ()
+        if len(parts) < MAX_DEPTH:
+            queue.extend(parts + (e.name,) for e in entries
+                         if not _hidden(e.name) and e.is_dir(follow_symlinks=False))
+    if found:
+        return found[0] if len(found) == 1 else ()
+    if skipped:
+        raise SubmissionError(f"no folder holding your modules was found, and {shown(skipped[0])}"
+                              f"{f' (and {len(skipped) - 1} more)' if len(skipped) > 1 else ''} holds more than "
+                              f"{MAX_FOLDER:,} files and folders, too many to look through: hand in {EXPECTED}, "
+                              f"with their helper files only")
+    if stopped:
+        raise SubmissionError(f"no folder holding your modules was found among the first {MAX_SCAN:,} files and "
+                              f"folders of the submission, where the search stops: hand in {EXPECTED}, with their "
+                              f"helper files only")
+    return ()
 
 
 def take_folder(path) -> tuple[dict[str, bytes], dict[str, str]]:
@@ -281,17 +353,34 @@ def take_files(folder_fd, prefix="") -> tuple[dict[str, bytes], dict[str, str]]:
 
     `prefix` is the folder's path in the submission, for the messages.
     Everything is read with `read_regular`; at most MAX_ENTRIES files and
-    MAX_UNZIPPED bytes in all are taken.
+    MAX_UNZIPPED bytes in all are taken, the modules' own files first (a
+    crowd of helpers never pushes a module out); the files past MAX_ENTRIES
+    are counted in one note. A folder (`01_attention.ipynb/` too) is not a
+    file and is passed over; a link of any name is never followed and is
+    named. SubmissionError when the folder holds more than MAX_FOLDER
+    entries.
     """
-    files, notes, total = {}, {}, 0
-    for entry in _entries(folder_fd):
-        suffix = Path(entry.name).suffix.lower()
-        if suffix not in MAX_FILE or _hidden(entry.name):
+    entries = _entries(folder_fd)
+    if entries is None:
+        raise _too_many(f"the folder {shown(prefix)}" if prefix else "the submission's top folder")
+    wanted, notes = [], {}
+    for entry in entries:
+        if _hidden(entry.name):
             continue
+        if Path(entry.name).suffix.lower() in MAX_FILE:
+            if not entry.is_dir(follow_symlinks=False):
+                wanted.append(entry)
+        elif entry.is_symlink():  # a link to a folder (`lib -> ../alice`) or to any other file: never followed
+            name = shown(prefix + entry.name)
+            notes[name] = f"{name} is a symbolic link: not graded" + OTHER_LINK_HINT
+    wanted.sort(key=lambda e: (module_of(e.name) is None, e.name))  # the modules' files first
+    files, total, over = {}, 0, []
+    for entry in wanted:
         name = shown(prefix + entry.name)
         if len(files) >= MAX_ENTRIES:
-            notes[name] = f"{name}: more than {MAX_ENTRIES} files in the folder: not graded"
+            over.append(name)
             continue
+        suffix = Path(entry.name).suffix.lower()
         try:
             data = read_regular(entry.name, min(MAX_FILE[suffix], MAX_UNZIPPED - total), name, dir_fd=folder_fd)
         except Refused as exc:
@@ -299,7 +388,37 @@ def take_files(folder_fd, prefix="") -> tuple[dict[str, bytes], dict[str, str]]:
             continue
         files[entry.name] = data
         total += len(data)
+    if over:  # first: the cap is what the student must hear about
+        notes = {over[0]: (f"{over[0]}{f' and {len(over) - 1:,} more files' if len(over) > 1 else ''}: not graded: "
+                           f"a submission may hold at most {MAX_ENTRIES:,} .py files and notebooks, and "
+                           f"{prefix or 'its folder'} holds {len(wanted):,}"), **notes}
     return files, notes
+
+
+def capped_notes(notes: dict) -> dict:
+    """`notes` ({shown name: why not graded}) as a report shows them: at most MAX_NOTES named one by one, in
+    their order (the order the files were looked at), each module's first note always among them (its checks
+    give the reason); the rest are counted in one more note, so that thousands of refused files make a short
+    report."""
+    if len(notes) <= MAX_NOTES:
+        return notes
+    first = {}
+    for name in notes:
+        base = name.rsplit("/", 1)[-1]
+        module = module_of(base) if _may_be_module(base) else None
+        if module and module not in first:
+            first[module] = name
+    kept = set(first.values())
+    for name in notes:
+        if len(kept) >= MAX_NOTES:
+            break
+        kept.add(name)
+    rest = [name for name in notes if name not in kept]
+    out = {name: why for name, why in notes.items() if name in kept}
+    out[f"({len(rest)} more)"] = (f"{len(rest):,} more files not graded, from {rest[0]} to {rest[-1]} (links, "
+                                  f"special files, files over their limits or past the {MAX_ENTRIES:,} files a "
+                                  f"submission may hold)")
+    return out
 
 
 # -- one form of each module --------------------------------------------------------------------

@@ -6,7 +6,8 @@ file or a hostile zip would be read on the student's behalf. Each test plants
 one such file and checks that the intake takes only the regular files inside
 the submission, names what it left out, and ends in bounded time; the
 corpus cases in tests/corpus/attacks.toml (section "the grader's intake")
-grade the same attacks end to end.
+grade the same attacks end to end. A crowd of files is bounded by the work
+the intake does (the folder entries it lists, counted), never by the clock.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import os
 import re
 import shutil
 import stat
+import tempfile
 import threading
 import time
 import zipfile
@@ -85,6 +87,8 @@ def test_a_symlinked_folder_is_never_entered(tmp_path):
     (root / "work").symlink_to(outside, target_is_directory=True)
     files, notes, missing = _taken(root)
     assert files == [], f"expected nothing taken through the linked folder work -> {outside}, got {files}"
+    assert notes == {"work": "work is a symbolic link: not graded (links are never followed: submit the file or "
+                             "folder itself, not a link to it)"}, f"expected the link named, got {notes}"
     nested = tmp_path / "nested"
     _reference(nested / "inner")
     (nested / "inner" / "lib").symlink_to(outside, target_is_directory=True)
@@ -216,13 +220,20 @@ def test_zip_entries_that_climb_out_are_not_written(tmp_path):
 
 
 def test_a_zip_symlink_entry_is_not_made_nor_read(tmp_path):
+    from autograder.release import ASSIGNMENT_DIR
+
     files, notes, missing = _taken(_zip(tmp_path / "s.zip", [
         ("sub/mha.py", str(SOLUTIONS / "mha.py"), stat.S_IFLNK | 0o777),
-        ("sub/lib", str(SOLUTIONS), stat.S_IFLNK | 0o777)]))
+        ("sub/lib", str(SOLUTIONS), stat.S_IFLNK | 0o777),
+        ("sub/02_heads.ipynb", str(ASSIGNMENT_DIR / "02_heads.ipynb"), stat.S_IFLNK | 0o777),
+        ("sub/03_masks.ipynb", "../../../../../../../.." + str(ASSIGNMENT_DIR / "03_masks.ipynb"),
+         stat.S_IFLNK | 0o777)]))
     assert "mha.py" not in files, f"expected the link entry mha.py left out, got {files}"
     assert notes.get("sub/mha.py", "").startswith("sub/mha.py is a symbolic link: not graded"), notes
     assert notes.get("sub/lib", "").startswith("sub/lib is a symbolic link"), notes
-    assert "mha" in missing
+    for name in ("sub/02_heads.ipynb", "sub/03_masks.ipynb"):  # beside the reference heads.py, masks.py
+        assert notes.get(name, "").startswith(f"{name} is a symbolic link: not graded"), notes
+    assert "mha" in missing and "heads" not in missing and "masks" not in missing, missing
 
 
 def test_a_zip_bomb_is_refused_before_it_is_unpacked(tmp_path):
@@ -370,9 +381,12 @@ def test_the_corpus_has_a_case_per_intake_attack():
     cases = {c.id: c for c in load_attacks()}
     expected = {"symlink-module-to-reference", "symlink-outside-shadow", "symlink-outside-proc-self",
                 "symlinked-folder-to-kit", "zip-traversal-entries", "zip-symlink-entry", "zip-bomb",
-                "zip-many-entries", "module-over-size-limit"}
+                "zip-many-entries", "module-over-size-limit", "symlink-notebook-to-instructor",
+                "symlink-notebook-relative-to-instructor", "zip-symlink-notebook-entry",
+                "symlink-module-to-other-student"}
     assert expected <= set(cases), f"missing intake cases: {sorted(expected - set(cases))}"
     assert cases["zip-bomb"].refused and cases["zip-many-entries"].refused
+    assert cases["symlink-module-to-other-student"].scenario == "other-student"
 
 
 # -- one form of each module: the one with the student's work --------------------------------------------
@@ -469,3 +483,224 @@ def test_a_form_counts_as_untouched_whatever_its_layout_outputs_and_comments(tmp
         if cell.metadata.get("nbgrader", {}).get("grade_id") == "masks-code":
             cell.source = cell.source.replace("raise NotImplementedError()", "return None")
     assert not intake.is_template("masks", "03_masks.ipynb", nbformat.writes(nb).encode())
+
+
+# -- links to the instructor's notebooks and to another student's files ---------------------------------
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
+def test_notebooks_linked_to_the_instructors_are_not_read(tmp_path, relative):
+    """Five links 0N_x.ipynb -> the instructor's solved assignments/mha/0N_x.ipynb and no code: nothing is
+    taken, each link is named, and each module is missing because of its link."""
+    from autograder.release import ASSIGNMENT_DIR, NOTEBOOKS
+
+    folder = tmp_path / "sub"
+    folder.mkdir()
+    for name in NOTEBOOKS.values():
+        target = ASSIGNMENT_DIR / name
+        (folder / name).symlink_to(os.path.relpath(target, folder) if relative else target)
+    files, notes, missing = _taken(folder)
+    assert files == [], f"expected nothing made from the linked notebooks, got {files}"
+    for module, name in NOTEBOOKS.items():
+        assert notes.get(name, "").startswith(f"{name} is a symbolic link: not graded"), notes
+        assert missing.get(module, "").startswith(f"{name} is a symbolic link: not graded"), missing
+
+
+def test_links_to_a_sibling_submission_are_not_followed(tmp_path):
+    """A class folder (grade-all): bob's modules are links ../alice/<module>.py, carol's notebooks links to
+    dave's notebooks, erin's folder a link to alice's: none of them takes a byte of the other's work."""
+    from autograder.release import ASSIGNMENT_DIR, NOTEBOOKS
+
+    klass = tmp_path / "class"
+    _reference(klass / "alice")
+    dave = klass / "dave"
+    dave.mkdir(parents=True)
+    for name in NOTEBOOKS.values():
+        shutil.copyfile(ASSIGNMENT_DIR / name, dave / name)
+    for student, links in {"bob": {f"{m}.py": f"../alice/{m}.py" for m in MODULES},
+                           "carol": {name: f"../dave/{name}" for name in NOTEBOOKS.values()},
+                           "erin": {"work": "../alice"}}.items():
+        (klass / student).mkdir()
+        for name, target in links.items():
+            (klass / student / name).symlink_to(target)
+        files, notes, missing = _taken(klass / student)
+        assert files == [], f"{student}: expected nothing taken through links to a sibling, got {files}"
+        assert set(notes) == set(links) and all("is a symbolic link: not graded" in n for n in notes.values()), (
+            f"{student}: expected each link named, got {notes}")
+        assert not any(str(tmp_path) in n for n in notes.values()), notes
+
+
+# -- a folder named like a module or a notebook is a folder ------------------------------------------------
+def test_a_zip_of_one_folder_named_like_a_notebook_is_graded(tmp_path):
+    """A zip whose only top folder is `01_attention.ipynb/`, holding a correct submission: graded in full, and
+    no message names a path of the grading machine."""
+    archive = tmp_path / "student.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for module in MODULES:
+            zf.write(SOLUTIONS / f"{module}.py", f"01_attention.ipynb/{module}.py")
+    report = grade(archive)
+    assert report.status == "graded" and report.score == 100, (
+        report.status, report.score, report.error, [f"{t.id}: {t.message}" for t in report.failed()])
+    assert report.notes == [], report.notes
+    shown = report.to_text() + str(report.to_dict())
+    for path in (str(tmp_path), tempfile.gettempdir() + "/mha-", str(SOLUTIONS.parent)):
+        assert path not in shown, f"expected no path of the grading machine in the report, found {path!r}"
+
+
+def test_a_folder_named_like_a_notebook_is_searched_and_never_taken_as_one(tmp_path):
+    """A submission folder holding only `01_attention.ipynb/` (the modules inside it) is graded from there;
+    folders named `04_mha.ipynb/` and `attention.py/` beside the modules are neither taken nor noted."""
+    only = tmp_path / "only"
+    _reference(only / "01_attention.ipynb")
+    files, notes, missing = _taken(only)
+    assert files == sorted(f"{m}.py" for m in MODULES) and not notes and not missing, (files, notes, missing)
+    beside = _reference(tmp_path / "beside")
+    _reference(beside / "04_mha.ipynb")
+    (beside / "mha.py").unlink()
+    (beside / "attention.py").unlink()
+    (beside / "attention.py").mkdir()
+    files, notes, _ = _taken(beside)
+    assert files == ["heads.py", "masks.py", "positional.py"], (
+        f"expected the folders 04_mha.ipynb/ and attention.py/ beside the modules taken for no module, got {files}")
+    assert not notes, f"expected no note about a folder (a folder is not a file of the submission), got {notes}"
+
+
+# -- bounded intake: a crowd of files costs a bounded, linear amount of work ----------------------------------
+class _Counted:
+    """os.scandir, counting the listings and the entries they hand out: the work the intake does."""
+
+    def __init__(self, monkeypatch):
+        self.entries = self.listings = 0
+        real = os.scandir
+
+        def scandir(*args):
+            self.listings += 1
+            it = real(*args)
+
+            class Counting:
+                def __enter__(inner):
+                    return inner
+
+                def __exit__(inner, *exc):
+                    it.close()
+
+                def __iter__(inner):
+                    return inner
+
+                def __next__(inner):
+                    entry = next(it)
+                    self.entries += 1
+                    return entry
+
+            return Counting()
+
+        monkeypatch.setattr(intake.os, "scandir", scandir)
+
+
+def _crowd(root: Path, folders: int, files: int, module_dir=None) -> int:
+    """`folders` folders of `files` small .py files each under `root` (and the reference in `module_dir`, if
+    given); returns the number of entries of the tree."""
+    for i in range(folders):
+        sub = root / f"d{i:04d}"
+        sub.mkdir(parents=True)
+        for j in range(files):
+            (sub / f"f{j}.py").write_bytes(b"x = 1\n")
+    root.mkdir(parents=True, exist_ok=True)
+    if module_dir:
+        _reference(root / module_dir)
+    return folders * (files + 1) + (len(MODULES) + 1 if module_dir else 0)
+
+
+def test_a_crowd_of_files_costs_linear_work_and_the_modules_are_found(tmp_path, monkeypatch):
+    """No module at the top, a crowd of small .py files in folders, and the modules in one folder: each
+    entry is listed once by the search (the modules' folder once more when it is taken), never once per
+    folder on the way: the work grows with the files, not with their square."""
+    size = _crowd(tmp_path / "sub", folders=60, files=30, module_dir="zz-work")
+    counted = _Counted(monkeypatch)
+    files, notes = intake.take_folder(tmp_path / "sub")
+    assert sorted(files) == sorted(f"{m}.py" for m in MODULES) and not notes, (sorted(files), notes)
+    assert counted.entries <= size + len(MODULES), (
+        f"expected each of the {size} entries listed once (and the modules' folder twice), {counted.entries} "
+        f"were listed in {counted.listings} listings")
+
+
+@pytest.mark.parametrize("layout", ["top", "folders", "big-folder"])
+def test_a_crowd_over_the_caps_is_refused_after_bounded_work(tmp_path, monkeypatch, layout):
+    """Over the caps (made small here: 100 entries a folder, 400 in all), whatever the crowd's size: the
+    submission is refused with a message that says why and what to hand in, having listed a bounded number
+    of entries (not all of them, nor any of them twice)."""
+    monkeypatch.setattr(intake, "MAX_FOLDER", 100)
+    monkeypatch.setattr(intake, "MAX_SCAN", 400)
+    root = tmp_path / "sub"
+    if layout == "top":  # 2,000 files beside each other, no module among them
+        root.mkdir()
+        for j in range(2000):
+            (root / f"f{j}.py").write_bytes(b"x = 1\n")
+        expected = "the submission's top folder holds more than 100 files and folders"
+    elif layout == "folders":  # 2,000 files in 50 folders
+        _crowd(root, folders=50, files=40)
+        expected = "no folder holding your modules was found among the first 400 files and folders"
+    else:  # one folder of 300 files beside a few small ones
+        _crowd(root, folders=3, files=5)
+        _crowd(root / "d9999-data", folders=1, files=300)
+        expected = "no folder holding your modules was found, and d9999-data/d0000/ holds more than 100 files"
+    counted = _Counted(monkeypatch)
+    with pytest.raises(SubmissionError) as info:
+        intake.take_folder(root)
+    message = str(info.value)
+    assert expected in message and "hand in your modules (attention.py" in message, message
+    assert str(tmp_path) not in message, message
+    assert counted.entries <= 400 + 101, (
+        f"expected at most the search's 400 entries and one folder's 101 listed, got {counted.entries}")
+    with pytest.raises(SubmissionError) as info:  # through the engine: the message names the submission only
+        _taken(root)
+    assert expected in str(info.value) and str(tmp_path) not in str(info.value), info.value
+
+
+def test_a_big_folder_beside_the_modules_is_skipped(tmp_path, monkeypatch):
+    """A data folder over MAX_FOLDER (made 100 here) beside the modules' folder: read up to the cap, skipped,
+    and the modules graded."""
+    monkeypatch.setattr(intake, "MAX_FOLDER", 100)
+    root = tmp_path / "sub"
+    _crowd(root / "aa-data", folders=1, files=300)
+    _reference(root / "work")
+    counted = _Counted(monkeypatch)
+    files, notes = intake.take_folder(root)
+    assert sorted(files) == sorted(f"{m}.py" for m in MODULES), sorted(files)
+    assert counted.entries <= 2 + 1 + 101 + 2 * len(MODULES), counted.entries
+
+
+def test_a_zip_crowd_is_bounded_by_its_entries(tmp_path, monkeypatch):
+    """A zip of 990 small .py files in 99 folders beside the modules' folder: under the 1,000 entries of a zip,
+    each unpacked entry listed once; over them, refused from the zip's directory alone (see
+    test_a_zip_of_too_many_entries_is_refused_unparsed)."""
+    archive = _zip(tmp_path / "crowd.zip", [(f"junk{i // 10:02d}/f{i}.py", "x = 1\n", None) for i in range(990)],
+                   folder="work")
+    unpacked = tmp_path / "unpacked"
+    unpacked.mkdir()
+    assert intake.unzip(archive, unpacked) == {}
+    counted = _Counted(monkeypatch)
+    files, notes = intake.take_folder(unpacked)
+    assert sorted(files) == sorted(f"{m}.py" for m in MODULES) and not notes, (sorted(files), notes)
+    assert counted.entries <= 990 + 100 + 2 * len(MODULES) + 1, counted.entries
+
+
+def test_past_the_file_cap_the_modules_come_first_and_one_note_counts_the_rest(tmp_path, monkeypatch):
+    """More .py files than a submission may hold (made 50 here), all named to sort before the modules, and
+    40 links: the modules are taken first, the files past the cap are counted in one note, and the report
+    names MAX_NOTES files at most (the linked module's among them), counting the rest."""
+    monkeypatch.setattr(intake, "MAX_ENTRIES", 50)
+    folder = _reference(tmp_path / "sub")
+    for j in range(40):  # links, each a note of its own
+        (folder / f"a{j:03d}.py").symlink_to("/etc/passwd")
+    for j in range(200):
+        (folder / f"aa{j:03d}.py").write_bytes(b"x = 1\n")
+    (folder / "mha.py").unlink()
+    (folder / "mha.py").symlink_to(SOLUTIONS / "mha.py")
+    files, notes, missing = _taken(folder)
+    assert {f"{m}.py" for m in MODULES if m != "mha"} <= set(files) and len(files) == 50, (len(files), files)
+    assert len(notes) == intake.MAX_NOTES + 1, f"expected {intake.MAX_NOTES} notes and a count, got {notes}"
+    assert notes["mha.py"].startswith("mha.py is a symbolic link: not graded"), notes
+    assert missing["mha"].startswith("mha.py is a symbolic link: not graded"), missing
+    assert notes["aa046.py"] == ("aa046.py and 153 more files: not graded: a submission may hold at most 50 .py "
+                                 "files and notebooks, and its folder holds 245"), notes
+    last = list(notes.values())[-1]
+    assert last.startswith("22 more files not graded, from a018.py to a039.py"), last
