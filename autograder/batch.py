@@ -113,8 +113,15 @@ def content_digest(path: Path) -> str:
     bounded: at most 10,000 entries, 64 MiB per file read)."""
     h = hashlib.sha256()
     path = Path(path)
-    if not path.is_dir():
-        _digest_file(h, path)
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):  # a class folder's entry that is a link: never followed, never graded
+        h.update(b"link " + os.fsencode(os.readlink(path)))
+        return h.hexdigest()
+    if not stat.S_ISDIR(info.st_mode):
+        if stat.S_ISREG(info.st_mode):
+            _digest_file(h, path)
+        else:  # a FIFO or a device is never opened (opening a FIFO waits for a writer)
+            h.update(f"kind {stat.S_IFMT(info.st_mode)}".encode())
         return h.hexdigest()
     count = 0
     for top, dirs, files in os.walk(path, followlinks=False):
@@ -253,6 +260,12 @@ def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: 
     """
     start = time.monotonic()
     try:
+        if os.path.islink(path) or not (os.path.isdir(path) or os.path.isfile(path)):
+            kind = "a symbolic link" if os.path.islink(path) else "not a folder, a zip or a notebook"
+            report = GradeReport(submission=sub_id, status="empty", error=(
+                f"no student work found: {safe_line(sub_id)} is {kind}: not graded (links are never followed: "
+                "put the submission itself in the class folder)"))
+            return _write_report(report, sub_id, out, start, stopped)
         return _grade_one(sub_id, path, out, timeout, call_timeout, start, stopped=stopped, **options)
     except Exception as exc:  # writing its files failed (a name the file system refuses...): an error row
         report = GradeReport(submission=sub_id, status="error", grader_failure=True,
@@ -271,6 +284,11 @@ def _grade_one(sub_id, path, out, timeout, call_timeout, start, *, stopped=None,
     except Exception as exc:  # the batch goes on whatever happens to one submission; the grader's failure
         report = GradeReport(submission=sub_id, status="error", error=f"the grader failed: {type(exc).__name__}: "
                              f"{exc}", grader_failure=True)
+    return _write_report(report, sub_id, out, start, stopped)
+
+
+def _write_report(report, sub_id, out, start, stopped=None):
+    """Write a grading's files into its folder of OUT; its gradebook row (None once the run is stopped)."""
     if stopped is not None and stopped.is_set():
         return None
     report.submission = sub_id

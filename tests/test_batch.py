@@ -244,6 +244,21 @@ def test_a_submission_whose_files_cannot_be_written_is_an_error_row_and_the_batc
     assert "the grader failed" in rows_["alice"].error and rows_["bob"].status == "empty"
 
 
+def test_links_and_fifos_in_the_class_folder_are_never_followed_or_opened(tmp_path):
+    """A class-folder entry that links to a classmate's submission (or to the kit's solutions) got that
+    grade; a FIFO hung the run while its content was hashed. Both are rows saying why, graded as empty."""
+    subs = tmp_path / "class"
+    (subs / "alice").mkdir(parents=True)
+    (subs / "bob").symlink_to("alice")
+    (subs / "sol").symlink_to(SOLUTIONS)
+    os.mkfifo(subs / "carol")
+    rows_ = batch.grade_all(subs, tmp_path / "out", jobs=1, warm=False)
+    for sub_id in ("bob", "sol"):
+        assert rows_[sub_id].status == "empty" and "is a symbolic link: not graded" in rows_[sub_id].error
+    assert rows_["carol"].status == "empty" and "not a folder, a zip or a notebook" in rows_["carol"].error
+    assert batch.content_digest(subs / "bob") != batch.content_digest(subs / "sol")
+
+
 def test_content_digest_sees_file_contents_and_never_follows_links(tmp_path):
     sub = tmp_path / "sub"
     sub.mkdir()
