@@ -15,6 +15,7 @@ import threading
 import time
 
 from tests.conftest import ROOT, SOLUTIONS
+from tests.corpus import load_corpus, materialize
 
 CLASS_SIZE = 4
 SAFETY = 600  # seconds: only so that a broken kit cannot hang the suite; never reached when it works
@@ -107,10 +108,15 @@ def test_one_ctrl_c_finishes_the_running_grading_saves_all_and_resumes(tmp_path)
 
 def test_a_second_ctrl_c_stops_at_once_and_records_nothing_it_stopped(tmp_path):
     subs, out = _class(tmp_path), tmp_path / "out"
-    term = Terminal("grade-all", str(subs), "--output", str(out), "--jobs", "2")
+    # graded first, beside the others, and still running at both Ctrl-Cs: each call of its positional
+    # module hangs until the call timeout, so the run cannot have ended before the Ctrl-Cs arrive
+    materialize(next(c for c in load_corpus()["hostile"] if c.id == "positional-hangs"), subs / "a-slow", SOLUTIONS)
+    term = Terminal("grade-all", str(subs), "--output", str(out), "--jobs", "2", "--call-timeout", "120")
     _wait_for_rows(out, 1, term)
     term.ctrl_c()
+    deadline = time.monotonic() + SAFETY
     while "Stopping" not in term.text():
+        assert time.monotonic() < deadline, f"no 'Stopping' after Ctrl-C; grade-all printed: {term.text()[-2000:]}"
         time.sleep(0.05)
     before = dict(_rows(out))
     term.ctrl_c()
@@ -118,6 +124,7 @@ def test_a_second_ctrl_c_stops_at_once_and_records_nothing_it_stopped(tmp_path):
     text = term.text()
     book = _rows(out)
     assert code == 130, f"expected exit status 130, got {code}: {text[-1500:]}"
+    assert "a-slow" not in book, f"expected the stopped grading recorded nowhere, got {book['a-slow']}"
     assert all(r["total"] == "100" and r["status"] == "graded" for r in book.values()), (
         f"expected only complete gradings in the gradebook (never a 0 or an error for a stopped one), got {book}")
     stopped = [name for name in os.listdir(out) if (out / name).is_dir() and name not in book]
