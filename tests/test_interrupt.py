@@ -10,6 +10,7 @@ import csv
 import os
 import pty
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -43,6 +44,10 @@ class Terminal:
     def __init__(self, *args):
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child: session leader, the pty its controlling terminal
+            # as in an instructor's terminal: Ctrl-C interrupts. A suite started in the background of a
+            # non-interactive shell (`make test &`) ignores SIGINT, and an ignored signal stays ignored
+            # across exec: the CLI would never see the Ctrl-C
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.chdir(ROOT)
             os.execv(sys.executable, [sys.executable, str(ROOT / "grader_cli.py"), *args])
         self.output = bytearray()
