@@ -108,20 +108,26 @@ def _digest_file(h, path):
         h.update(f"size {info.st_size} mtime {info.st_mtime_ns}".encode())
 
 
+def _digest_entry(h, path) -> int:
+    """Hash one entry, looked at with lstat: a link by its target (never followed), a regular file by its
+    bytes, anything else by nothing here (a FIFO is never opened: that waits for a writer). Its mode."""
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        h.update(b"link " + os.fsencode(os.readlink(path)))
+    elif stat.S_ISREG(mode):
+        _digest_file(h, path)
+    return mode
+
+
 def content_digest(path: Path) -> str:
     """A hash of a submission's content: its files' names and bytes (links by their target, never followed;
     bounded: at most 10,000 entries, 64 MiB per file read)."""
     h = hashlib.sha256()
     path = Path(path)
-    info = os.lstat(path)
-    if stat.S_ISLNK(info.st_mode):  # a class folder's entry that is a link: never followed, never graded
-        h.update(b"link " + os.fsencode(os.readlink(path)))
-        return h.hexdigest()
-    if not stat.S_ISDIR(info.st_mode):
-        if stat.S_ISREG(info.st_mode):
-            _digest_file(h, path)
-        else:  # a FIFO or a device is never opened (opening a FIFO waits for a writer)
-            h.update(f"kind {stat.S_IFMT(info.st_mode)}".encode())
+    mode = _digest_entry(h, path)  # a class folder's entry may itself be a link: never followed, never graded
+    if not stat.S_ISDIR(mode):
+        if not (stat.S_ISLNK(mode) or stat.S_ISREG(mode)):  # a FIFO or a device: never opened
+            h.update(f"kind {stat.S_IFMT(mode)}".encode())
         return h.hexdigest()
     count = 0
     for top, dirs, files in os.walk(path, followlinks=False):
@@ -133,11 +139,7 @@ def content_digest(path: Path) -> str:
                 return h.hexdigest()
             full = os.path.join(top, name)
             h.update(os.path.relpath(full, path).encode("utf-8", "surrogateescape") + b"\0")
-            info = os.lstat(full)
-            if stat.S_ISLNK(info.st_mode):
-                h.update(b"link " + os.fsencode(os.readlink(full)))
-            elif stat.S_ISREG(info.st_mode):
-                _digest_file(h, full)
+            _digest_entry(h, full)
             h.update(b"\0")
     return h.hexdigest()
 

@@ -27,6 +27,7 @@ import threading
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from autograder import freeze
 from autograder.freeze import frozen
 
 ENV = "MHA_BATCH_DIR"
@@ -38,15 +39,6 @@ def folder() -> Path | None:
     return Path(value) if value else None
 
 
-def _start_time(pid: int) -> str | None:
-    """When `pid` started (in clock ticks since boot), which tells it from a later process given its number."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[19].decode()
-    except (OSError, IndexError):
-        return None
-
-
 def register(pid: int | None) -> None:
     """Record `pid` as the root of a student process tree of this batch."""
     base = folder()
@@ -54,7 +46,7 @@ def register(pid: int | None) -> None:
         return
     try:
         (base / "trees").mkdir(exist_ok=True)
-        (base / "trees" / str(int(pid))).write_text(_start_time(pid) or "")
+        (base / "trees" / str(int(pid))).write_text(freeze.start_time(pid) or "")
     except OSError:
         pass  # a batch folder that is gone: nothing to coordinate with
 
@@ -86,7 +78,7 @@ def others(own: int | None) -> list[int]:
             started = (base / "trees" / name).read_text()
         except OSError:
             continue
-        if started and started == _start_time(int(name)):  # the same process, not a later one with its number
+        if started and started == freeze.start_time(int(name)):  # the same process, not a later one with its number
             found.append(int(name))
     return found
 

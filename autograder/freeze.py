@@ -29,14 +29,28 @@ _STOPPED = frozenset("tTZX")  # stopped, traced, zombie, dead: none of them runs
 SETTLE_SECONDS = 1.0  # how long to wait for a SIGSTOP to take effect before calling the freeze incomplete
 
 
+def _stat_fields(path):
+    """The fields of a /proc .../stat file after the command name (field 3 of proc(5) first), or None."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def _stat(pid):
     """(state, ppid) of `pid`, or None when it is gone."""
+    fields = _stat_fields(f"/proc/{pid}/stat")
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[1].split()
         return fields[0].decode(), int(fields[1])
-    except (OSError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError):
         return None
+
+
+def start_time(pid: int) -> str | None:
+    """When `pid` started (in clock ticks since boot), which tells it from a later process given its number."""
+    fields = _stat_fields(f"/proc/{pid}/stat")
+    return fields[19].decode() if fields and len(fields) > 19 else None
 
 
 def tree(root: int) -> list[int]:
@@ -62,21 +76,29 @@ def _threads(pid):
         return []
 
 
+def _schedstat(pid, tid):
+    """(ns on a CPU, ns waiting for one while runnable) of thread `tid` of `pid`, or None (gone, or a kernel
+    without /proc/<pid>/task/<tid>/schedstat)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as fh:
+            fields = fh.read().split()
+        return int(fields[0]), int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def cpu_ns(pid: int) -> int:
     """CPU time used so far by every thread of `pid`, in ns (0 when it is gone)."""
     total = 0
     for tid in _threads(pid):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as fh:
-                total += int(fh.read().split()[0])
+        times = _schedstat(pid, tid)
+        if times is not None:
+            total += times[0]
             continue
-        except (OSError, ValueError, IndexError):
-            pass
-        try:  # no schedstat: utime + stime, in clock ticks
-            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
+        fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")  # no schedstat: utime + stime, in clock ticks
+        try:
             total += int((int(fields[11]) + int(fields[12])) * _TICK_NS)
-        except (OSError, ValueError, IndexError):
+        except (TypeError, ValueError, IndexError):
             pass
     return total
 
@@ -87,12 +109,9 @@ def thread_times(pids) -> dict[tuple[int, int], tuple[int, int]]:
     out = {}
     for pid in pids:
         for tid in _threads(pid):
-            try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as fh:
-                    fields = fh.read().split()
-                out[(pid, tid)] = (int(fields[0]), int(fields[1]))
-            except (OSError, ValueError, IndexError):
-                continue
+            times = _schedstat(pid, tid)
+            if times is not None:
+                out[(pid, tid)] = times
     return out
 
 

@@ -304,9 +304,10 @@ def notebook_source(data: bytes, name: str) -> str:
     """The module source of the notebook file `name` whose bytes are `data`; ValueError when it is not a
     notebook."""
     try:
-        raw = json.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
+        raw = json.loads(text)
         too_long = _empty_long_cells(raw)
-        nb = nbformat.reads(json.dumps(raw) if too_long else data.decode("utf-8"), as_version=4)
+        nb = nbformat.reads(json.dumps(raw) if too_long else text, as_version=4)
     except Exception as exc:  # nbformat raises many kinds of errors on a broken file
         raise ValueError(f"{name} is not a readable notebook: {type(exc).__name__}: {str(exc)[:300]}") from None
     try:

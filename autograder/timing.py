@@ -16,7 +16,8 @@ forward passes on request; the grader times the whole request by the wall
 clock, so a module that sleeps, or works in other threads or processes, is
 slow however it patches the timers of its own process. From that wall time
 one thing may be taken off: when a single thread of the student's whole
-process tree worked during the block (and no process appeared), the time
+process tree worked during the block (and no thread or process started or
+ended meanwhile), the time
 that thread was runnable but waited for a CPU, which the kernel counts
 (run delay, /proc/<pid>/task/<tid>/schedstat): that is the machine's load,
 not the module's cost (`time_student_block`). The reference modules run in
