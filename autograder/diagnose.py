@@ -25,6 +25,12 @@ from solutions import positional as ref_positional
 
 # The sentence added to a variant whose rows end up with every key blocked (softmax of a row of -inf is NaN).
 NAN_ROWS = "the softmax of a row where every score is -inf is NaN (0/0)"
+# Mistakes named both from wrong numbers and, where they raise on some shapes, from the error.
+TRANSPOSED_MASK = "the mask applied on the wrong axes (transposed): mask[..., i, j] is for query i and key j"
+UNSQUEEZED_MASK = ("the mask broadcast over the wrong dimension: mask.unsqueeze(1) (tutorial 000's step to share a "
+                   "mask between heads) inside scaled_dot_product_attention, whose mask already broadcasts to "
+                   "(..., L, S)")
+DROPOUT_ON_OUTPUT = "dropout applied to the output (weights @ value) instead of to the attention weights"
 
 
 def _attention(q, k, v, mask=None, *, scale=None, dim=-1, blocked_when=False, mask_after=False, mask_op=None):
@@ -87,15 +93,50 @@ def attention_variants(q, k, v, mask=None):
         "instead"] = times_inf
     if mask.size(-1) == mask.size(-2):
         transposed = _attention(q, k, v, mask, mask_op="transposed")
-        out[_with_nan("the mask applied on the wrong axes (transposed): mask[..., i, j] is for query i and key j",
-                      transposed[1], clean)] = transposed
+        out[_with_nan(TRANSPOSED_MASK, transposed[1], clean)] = transposed
     try:
-        out["the mask broadcast over the wrong dimension: mask.unsqueeze(1) (tutorial 000's step to share a mask "
-            "between heads) inside scaled_dot_product_attention, whose mask already broadcasts to (..., L, S)"] = \
-            _attention(q, k, v, mask, mask_op="unsqueezed")
+        out[UNSQUEEZED_MASK] = _attention(q, k, v, mask, mask_op="unsqueezed")
     except RuntimeError:
-        pass  # that mistake raises on these shapes: nothing to match
+        pass  # that mistake raises on these shapes: attention_errors names it
     return out
+
+
+def _error(mistake):
+    """'Type: message' of the error that `mistake()` raises, or None when it raises nothing."""
+    try:
+        mistake()
+    except Exception as exc:  # noqa: BLE001 - the reference with one step changed: whatever it raises
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def attention_errors(q, k, v, mask=None, dropout=None):
+    """"Type: message" -> name, for the usual mistakes in scaled_dot_product_attention that raise on these
+    inputs (a transposed mask when L != S, dropout on the output): when the student's code raises exactly what
+    a mistake raises, that is the evidence. `dropout`: the pattern of the kit's stand-in dropout module, which
+    multiplies by it."""
+    mistakes = []
+    if mask is not None:
+        mistakes += [
+            (TRANSPOSED_MASK, lambda: _attention(q, k, v, mask, mask_op="transposed")),
+            (TRANSPOSED_MASK, lambda: torch.where(mask.transpose(-2, -1), q @ k.transpose(-2, -1), float("-inf"))),
+            (UNSQUEEZED_MASK, lambda: _attention(q, k, v, mask, mask_op="unsqueezed")),
+        ]
+    if dropout is not None:
+        mistakes.append((DROPOUT_ON_OUTPUT, lambda: _attention(q, k, v, mask)[0] * dropout))
+    names = {}
+    for name, mistake in mistakes:
+        error = _error(mistake)
+        if error and name not in names.setdefault(error, []):
+            names[error].append(name)
+    return {error: n[0] + (f" (or, raising the same error here: {'; or '.join(n[1:])})" if n[1:] else "")
+            for error, n in names.items()}
+
+
+def raised_like(errors):
+    """A hint for checks.with_hint: the mistake whose error (`errors`, a thunk giving "Type: message" -> name,
+    asked only when the student's code raised) is exactly what the student's code raised."""
+    return lambda exc: errors().get(f"{exc.exc_type}: {exc.detail}")
 
 
 def dropout_variants(q, k, v, pattern):

@@ -95,16 +95,17 @@ class StudentError(Exception):
 
     `kind` is one of "missing", "import" (importing the module raised),
     "raised", "crashed", "timeout", "bad-return", "gave-up". For "import" and
-    "raised", `exc_type`, `mro` and `traceback` describe the student's
-    exception.
+    "raised", `exc_type`, `mro`, `traceback` and `detail` (the exception's own
+    message, as the student process sent it) describe the student's exception.
     """
 
-    def __init__(self, message, kind, exc_type=None, mro=(), traceback=""):
+    def __init__(self, message, kind, exc_type=None, mro=(), traceback="", detail=""):
         super().__init__(message)
         self.kind = kind
         self.exc_type = exc_type
         self.mro = tuple(mro)
         self.traceback = traceback
+        self.detail = detail
 
     def raised(self, name):
         """True when the student's code raised `name` (or a subclass of it)."""
@@ -510,7 +511,7 @@ class Sandbox:
                 raise StudentError(f"importing {err['during_import']}.py raised {err['type']}{detail}",
                                    "import", err["type"], err["mro"], err.get("traceback", ""))
             raise StudentError(f"{context} raised {err['type']}{detail}", "raised", err["type"],
-                               err["mro"], err.get("traceback", ""))
+                               err["mro"], err.get("traceback", ""), err["message"])
         return answer
 
     def _killed(self, sig):

@@ -105,3 +105,29 @@ def test_attention_diagnoses_name_their_own_mistake(mask):
             for wrong, value in values.items():
                 if not (value.shape == expected.shape and torch.allclose(value, expected, equal_nan=True)):
                     assert wrong in diagnose.match(value, values, expected=expected), (lead, wrong)
+
+
+def test_an_error_names_a_mistake_only_when_that_mistake_raises_exactly_that_error():
+    """diagnose.attention_errors: the mistakes that raise on the inputs (a mask transposed when L != S, dropout
+    applied to the output) are named by their exact error, and another error, or the right type with another
+    message, names nothing."""
+    from autograder.sandbox import StudentError
+
+    q, k, v = randn(2, 3, 4), randn(2, 5, 4, seed=1), randn(2, 5, 6, seed=2)  # L = 3, S = 5, d_v = 6
+    mask, pattern = random_mask(2, 3, 5), torch.full((2, 3, 5), 2.0)
+    errors = diagnose.attention_errors(q, k, v, mask, pattern)
+    assert set(errors.values()) == {diagnose.TRANSPOSED_MASK, diagnose.DROPOUT_ON_OUTPUT}
+    hint = diagnose.raised_like(lambda: errors)
+
+    def raised(exc_type, detail):
+        return StudentError("", "raised", exc_type, (exc_type, "Exception"), "", detail)
+
+    for error, name in errors.items():
+        assert hint(raised(*error.split(": ", 1))) == name
+    transposed = next(e for e, n in errors.items() if n == diagnose.TRANSPOSED_MASK)
+    assert hint(raised("ValueError", transposed.split(": ", 1)[1])) is None
+    assert hint(raised("RuntimeError", "The size of tensor a (7) must match the size of tensor b (9)")) is None
+    assert diagnose.attention_errors(q, k, v) == {}  # nothing raises without a mask or a dropout
+    q, k, v = randn(2, 3, 4, 8), randn(2, 3, 4, 8, seed=1), randn(2, 3, 4, 8, seed=2)  # (B, H, T, d_k)
+    mask = random_mask(4, 4)  # (T, T): mask.unsqueeze(1), (4, 1, 4), does not broadcast with (2, 3, 4, 4)
+    assert list(diagnose.attention_errors(q, k, v, mask).values()) == [diagnose.UNSQUEEZED_MASK]

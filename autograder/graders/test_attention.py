@@ -27,9 +27,16 @@ def qkv(lead, L, S, d_k, d_v, seed=0, dtype=torch.float32):
     return q, k, v
 
 
-def run(student, *args, **kwargs):
-    value, _ = student.call("attention", FN, *args, **kwargs)
-    return checks.pair(value, f"{FN}(...)")
+def run(student, q, k, v, *, hint=None, capture_args=False, **kwargs):
+    """The student's (output, weights) (with `capture_args`: the arguments after the call instead). When their
+    code raises, the message names the usual mistake that raises exactly that on these inputs (`hint`: asked
+    first)."""
+    pattern = kwargs.get("dropout", {}).get("__pattern_dropout__")  # the stand-in dropout's multipliers
+    mistake = diagnose.raised_like(lambda: diagnose.attention_errors(q, k, v, kwargs.get("mask"), pattern))
+    value, after = checks.with_hint(
+        lambda: student.call("attention", FN, q, k, v, capture_args=capture_args, **kwargs),
+        lambda error: (hint and hint(error)) or mistake(error))
+    return after if capture_args else checks.pair(value, f"{FN}(...)")
 
 
 def outputs_given(variants, weights):
@@ -171,7 +178,7 @@ def test_inputs_left_unmodified(student):
     """query, key, value and mask are left unmodified"""
     q, k, v = qkv((2,), 3, 5, 4, 6)
     mask = random_mask(2, 3, 5, seed=1)
-    _, after = student.call("attention", FN, q, k, v, mask=mask, capture_args=True)
+    after = run(student, q, k, v, mask=mask, capture_args=True)
     for name, before, got in zip(("query", "key", "value"), (q, k, v), after):
         scaled = {f"{name} divided in place by sqrt(d_k) ({name} /= math.sqrt(d_k)); write {name} / math.sqrt(d_k)":
                   before / math.sqrt(q.size(-1)),
@@ -184,7 +191,7 @@ def test_runs_on_meta_device(student):
     """runs on the meta device: creates no tensor on a fixed device"""
     q, k, v = (t.to("meta") for t in qkv((2,), 3, 5, 4, 6))
     mask = random_mask(2, 3, 5).to("meta")
-    out, weights = checks.with_hint(lambda: run(student, q, k, v, mask=mask), fixed_device(FN))
+    out, weights = run(student, q, k, v, mask=mask, hint=fixed_device(FN))
     checks.device(checks.shape(out, (2, 3, 6), "output on meta"), "meta", "output", made_on_fixed_device(FN))
     checks.device(checks.shape(weights, (2, 3, 5), "weights on meta"), "meta", "weights", made_on_fixed_device(FN))
 
@@ -193,8 +200,8 @@ def check_device(student, device):
     """Runs on `device` and matches the CPU reference (the CUDA check; the kit's tests run it on the CPU too)."""
     q, k, v = qkv((2,), 3, 5, 4, 6)
     mask = random_mask(2, 3, 5)
-    out, weights = checks.with_hint(
-        lambda: run(student, q.to(device), k.to(device), v.to(device), mask=mask.to(device)), fixed_device(FN, device))
+    out, weights = run(student, q.to(device), k.to(device), v.to(device), mask=mask.to(device),
+                       hint=fixed_device(FN, device))
     ref_out, ref_weights = ref.scaled_dot_product_attention(q, k, v, mask=mask)
     fixed = made_on_fixed_device(FN, device)
     checks.close(checks.device(out, device, "output", fixed).cpu(), ref_out, f"output on {device}")
