@@ -55,7 +55,9 @@ class PositionalEncoding(nn.Module):
 
     Keep the table as a buffer named `pe` of shape (max_len, d_model)
     (`self.register_buffer("pe", ...)`): a buffer moves with `.to(device)`
-    and is saved in the state dict, a plain attribute does neither.
+    and is saved in the state dict, a plain attribute does neither. A
+    buffer registered with `persistent=False` (moved, not saved: the table
+    can be rebuilt from its size) is right too.
 
     forward(x): x (B, T, d_model) with T <= max_len -> dropout(x + pe[:T]),
     shape (B, T, d_model).
