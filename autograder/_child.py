@@ -64,8 +64,6 @@ _read = os.read
 _IN = _OUT = None
 _SUBMISSION = None
 LEVELS = ("namespaces", "landlock", "none")  # strongest first
-WRITABLE_BYTES = 64 << 20  # the submission's copy at the namespaces level (/tmp: 256 MiB), at least twice its size
-WRITABLE_FILES = 4096  # files and folders in each writable area at the namespaces level
 OPEN_FILES = 256  # open file descriptors of a student process (torch needs a few dozen)
 
 
@@ -216,7 +214,9 @@ def _confine_namespaces(config):
     root = os.path.realpath(config["root"])
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
     os.makedirs(root + "/tmp")  # first: Python's folders may live under /tmp; their binds go inside it
-    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size=256m,nr_inodes={WRITABLE_FILES}")
+    writable = config["writable"]  # the caps of the writable areas (autograder.sandbox.WRITABLE)
+    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
+           f"mode=1777,size={writable['tmp_bytes']},nr_inodes={writable['files']}")
     folders, links = _needed_paths(config.get("forbidden", []))
     for path in folders:
         _bind(root, path)
@@ -229,7 +229,7 @@ def _confine_namespaces(config):
     work = os.path.realpath(config["cwd"])
     size = sum(os.lstat(os.path.join(d, f)).st_size for d, _, files in os.walk(work) for f in files)
     _mount("tmpfs", root + "/submission", "tmpfs", MS_NOSUID | MS_NODEV,
-           f"mode=0755,size={max(WRITABLE_BYTES, 2 * size)},nr_inodes={WRITABLE_FILES}")
+           f"mode=0755,size={max(writable['copy_bytes'], 2 * size)},nr_inodes={writable['files']}")
     shutil.copytree(work, root + "/submission", symlinks=True, dirs_exist_ok=True)
     os.makedirs(root + "/proc")
     try:  # a fresh /proc shows only this PID namespace; some containers forbid it: then no /proc at all

@@ -19,6 +19,7 @@ grader's failure, never the student's 0.
 from __future__ import annotations
 
 import io
+import functools
 import itertools
 import json
 import os
@@ -35,6 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from autograder import LEVELS, MODULES, batchlock, intake as _intake, wire
+from autograder.diskguard import DiskGuard
 from autograder.forkserver import Worker
 
 REMEDY = {
@@ -57,6 +59,11 @@ ROOT = Path(__file__).resolve().parent.parent
 MAX_STRIKES = 2  # crashes or timeouts of one module before its checks stop running
 LOG_TAIL = 1500
 MAX_ANSWER = 64 << 20  # bytes of one answer; requests whose answers are bounded tighter pass their own limit
+#: What student code may write. At the namespaces level its /tmp (and home) is a tmpfs of `tmp_bytes` and its
+#: copy of the submission a tmpfs of `copy_bytes` (at least twice the copy's size), each with at most `files`
+#: files and folders (autograder/_child.py). At the other levels its copy and its home are folders on the disk,
+#: held to the same totals by a guard (autograder/diskguard.py).
+WRITABLE = {"tmp_bytes": 256 << 20, "copy_bytes": 64 << 20, "files": 4096}
 #: What the student process never sees, even where it cannot be hidden by namespaces it is never copied.
 INSTRUCTOR_ONLY = ("autograder", "solutions", "assignments", "tests", "examples", "benchmarks", ".git")
 
@@ -183,7 +190,7 @@ def _probe(level, python):
             (tmp / name).mkdir(mode=0o700)
         config = {"probe": True, "isolation": level, "log": str(tmp / "log"), "cwd": str(tmp / "work"),
                   "home": str(tmp / "home"), "root": str(tmp / "root"), "limits": asdict(Limits()),
-                  "forbidden": forbidden_paths(), "refuse": refusals(True)}
+                  "writable": WRITABLE, "forbidden": forbidden_paths(), "refuse": refusals(True)}
         try:
             proc = subprocess.Popen([python, "-I", str(CHILD), json.dumps(config)], stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=tmp / "work",
@@ -243,6 +250,21 @@ def forbidden_paths(*extra):
     return [str(ROOT / name) for name in INSTRUCTOR_ONLY] + [str(Path(p).resolve()) for p in extra]
 
 
+def remove_tree(path):
+    """Remove `path` and everything under it, also folders that student code made unreadable (chmod 000)."""
+    def unlock(func, name, _exc):
+        try:
+            os.chmod(os.path.dirname(name), 0o700)
+            if os.path.isdir(name) and not os.path.islink(name):
+                os.chmod(name, 0o700)
+            func(name)
+        except OSError:
+            pass
+
+    if os.path.lexists(path):
+        shutil.rmtree(path, onerror=unlock)
+
+
 class _Forked(Worker):
     """A student process forked by the warm zygote, with the protocol pipes of a Popen."""
 
@@ -283,9 +305,9 @@ class Sandbox:
         os.chmod(self._tmp, 0o711)  # a student uid of its own may pass through to its copy, never list
         self._work = self._tmp / "work"
         self._home = self._tmp / "home"
-        self._home.mkdir(mode=0o700)
         self._log = self._tmp / "student-output.log"
         self._proc = None
+        self._guard = None  # the disk guard of the student process (autograder/diskguard.py), at some levels
         self._ready = False
         self._handles = itertools.count(1)
         self._objects = {}  # handle -> (generation, module)
@@ -301,9 +323,9 @@ class Sandbox:
             return
         if self.level == "auto":
             self.level = choose_isolation("auto", python=self.python)
-        if self._work.exists():
-            shutil.rmtree(self._work)
-        self._work.mkdir(mode=0o700)
+        for folder in (self._work, self._home):  # each student process starts with an empty home and a fresh copy
+            remove_tree(folder)
+            folder.mkdir(mode=0o700)
         for name in os.listdir(self.submission):  # regular files only, never through a link (autograder.intake)
             if name.endswith(".py"):
                 try:
@@ -320,7 +342,8 @@ class Sandbox:
         root.mkdir()
         self._log_mark = self._log.stat().st_size if self._log.exists() else 0
         config = {"log": str(self._log), "cwd": str(self._work), "home": str(self._home), "root": str(root),
-                  "isolation": self.level, "limits": asdict(self.limits), "env": _child_env(self._home),
+                  "isolation": self.level, "limits": asdict(self.limits), "writable": WRITABLE,
+                  "env": _child_env(self._home),
                   "forbidden": forbidden_paths(self.submission, *filter(None, [self.intake.get("source")])),
                   "refuse": refusals(False)}
         self._proc = None
@@ -336,12 +359,27 @@ class Sandbox:
                 cwd=self._work, env=config["env"], start_new_session=True,
             )
         batchlock.register(self._proc.pid)  # in a class run, other gradings' speed checks stop this tree
+        if self.level != "namespaces":  # folders on the disk, not size-capped mounts: a guard holds them to it
+            copy = sum(f.stat().st_size for f in self._work.iterdir())
+            self._guard = DiskGuard([self._work, self._home],
+                                    WRITABLE["tmp_bytes"] + max(WRITABLE["copy_bytes"], 2 * copy),
+                                    2 * WRITABLE["files"], functools.partial(self._disk_full, self._proc)).start()
+
+    def _disk_full(self, proc, why):
+        """The disk guard's call (from its thread): end the student's tree; its keeper ends all of it."""
+        try:
+            os.kill(proc.pid, signal.SIGTERM)
+            os.kill(proc.pid, signal.SIGCONT)  # a keeper stopped by a freeze acts on it
+        except OSError:
+            pass
 
     def _kill(self):
         """End the student process and everything it started: its keeper (see _child.py) ends them all on
         SIGTERM; the process group is killed outright if the keeper does not finish in time."""
         if self._proc is None:
             return
+        if self._guard is not None:
+            self._guard.stop()
         batchlock.unregister(self._proc.pid)
         try:
             os.kill(self._proc.pid, signal.SIGTERM)
@@ -367,7 +405,7 @@ class Sandbox:
 
     def close(self):
         self._kill()
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        remove_tree(self._tmp)
 
     def process_tree_root(self):
         """The pid whose descendants are every process of the student side (its keeper), or None.
@@ -484,9 +522,14 @@ class Sandbox:
                                "(an infinite loop, or far too slow?)", "timeout") from None
         except (EOFError, OSError, struct.error):
             code = self._exit_code()
-            self._strike(module, f"exit code {code}")
+            disk = self._guard.why if self._guard is not None else None
+            self._strike(module, f"exit code {code}" if disk is None else "wrote too much to disk")
             tail = self.output_tail(300).strip()
             hint = f" Its last output: {tail!r}" if tail else ""
+            if disk is not None:
+                cap = f"{self._guard.max_bytes >> 20} MiB in {self._guard.max_files} files and folders"
+                raise StudentError(f"the process running your code was stopped during {context}: its folders held "
+                                   f"{disk}, more than student code may write ({cap}).{hint}", "crashed") from None
             if code is not None and code < 0:
                 raise StudentError(f"the process running your code {self._killed(-code)} during {context}.{hint}",
                                    "crashed") from None

@@ -365,3 +365,66 @@ def _alive(marker):
         except (OSError, ValueError):
             continue
     return found
+
+
+FILLER = '''import os, torch
+def causal_mask(seq_len, device=None):
+    for i in range(100_000):  # small files, each far under the output limit, until something stops it
+        for folder in (".", os.environ["HOME"]):
+            with open(os.path.join(folder, f"junk-{i}.bin"), "wb") as fh:
+                fh.write(b"x" * (64 << 10))
+    return torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
+def keep(seq_len):
+    return torch.tensor([sum(n.startswith("junk-") for n in os.listdir(f)) for f in (".", os.environ["HOME"])])
+'''
+
+
+@pytest.mark.parametrize("level", ["landlock", "none"])
+def test_without_namespaces_a_guard_stops_student_code_that_fills_the_disk(tmp_path, level, student_python,
+                                                                           monkeypatch):
+    """No size-capped mount holds its folders there: the disk guard (autograder/diskguard.py) ends the process
+    tree once its copy and home hold more than the namespaces level's totals (here made small), the message
+    says why, and the next student process starts with a fresh copy and an empty home."""
+    monkeypatch.setattr("autograder.sandbox.WRITABLE", {"tmp_bytes": 4 << 20, "copy_bytes": 1 << 20, "files": 1000})
+    (tmp_path / "masks.py").write_text(FILLER)
+    with Sandbox(tmp_path, call_timeout=300.0, isolation=level, python=student_python) as sb:
+        with pytest.raises(StudentError) as err:
+            sb.call("masks", "causal_mask", 3)
+        message = str(err.value)
+        assert "was stopped during" in message and "more than student code may write (5 MiB in 2000 files" in message
+        files, _ = sb.call("masks", "keep", 3)
+    assert files.tolist() == [0, 0], "the next student process did not start with a fresh copy and an empty home"
+
+
+def test_the_disk_guard_counts_only_its_own_folders(tmp_path):
+    """Space others take on the same filesystem wakes the guard (statvfs) but is not charged to the student:
+    only what its folders hold is."""
+    from autograder.diskguard import DiskGuard
+
+    inside, outside = tmp_path / "student", tmp_path / "others"
+    inside.mkdir()
+    outside.mkdir()
+
+    def write(path, mib):
+        with open(path, "wb") as fh:
+            fh.write(os.urandom(mib << 20))
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    fired = []
+    guard = DiskGuard([inside], 4 << 20, 100, fired.append, poll=0.01).start()
+    try:
+        write(outside / "big.bin", 16)
+        time.sleep(0.5)
+        assert not fired, f"the guard charged another writer's files to the student: {fired}"
+        write(inside / "small.bin", 2)
+        time.sleep(0.2)
+        assert not fired, f"2 MiB of a 4 MiB cap: {fired}"
+        write(inside / "more.bin", 3)
+        for _ in range(600):
+            if fired:
+                break
+            time.sleep(0.05)
+        assert fired and fired[0] == "5 MiB", fired
+    finally:
+        guard.stop()

@@ -75,6 +75,7 @@ ATTACK_KINDS: tuple[str, ...] = (
     "infinite-loop",
     "memory-bomb",
     "fork-bomb",
+    "disk-fill",  # files written until something stops them, each under the output limit
     "patched-comparisons",  # torch.allclose, torch.equal, torch.testing.assert_close, numpy's comparisons
     "lying-objects",  # tensor subclasses and objects whose __eq__ is always true
     "fake-results-output",  # printing fake pytest or JSON results
