@@ -39,7 +39,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder import MODULES, batchlock
+from autograder import MODULES, batchlock, intake
 from autograder.engine import SubmissionError, WarmServers, grade
 from autograder.feedback import to_html, to_markdown
 from autograder.results import GradeReport, csv_cell, csv_value, safe_line
@@ -178,7 +178,6 @@ def fingerprint(path: Path, kit: str, settings: dict) -> str:
 
 
 def _settings(timeout, call_timeout, options):
-    from autograder import intake
     from autograder.sandbox import Limits
 
     limits = options.get("limits") or Limits()  # None means the defaults: the same fingerprint as given
@@ -262,11 +261,14 @@ def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: 
     """
     start = time.monotonic()
     try:
-        if os.path.islink(path) or not (os.path.isdir(path) or os.path.isfile(path)):
-            kind = "a symbolic link" if os.path.islink(path) else "not a folder, a zip or a notebook"
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:  # gone since the class folder was listed
+            mode = 0
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):  # a link is never followed, a FIFO never opened
             report = GradeReport(submission=sub_id, status="empty", error=(
-                f"no student work found: {safe_line(sub_id)} is {kind}: not graded (links are never followed: "
-                "put the submission itself in the class folder)"))
+                f"no student work found: {safe_line(sub_id)} is {intake.kind_of(mode)}: not graded (a submission "
+                "is a folder, a zip or a notebook in the class folder itself; links are never followed)"))
             return _write_report(report, sub_id, out, start, stopped)
         return _grade_one(sub_id, path, out, timeout, call_timeout, start, stopped=stopped, **options)
     except Exception as exc:  # writing its files failed (a name the file system refuses...): an error row

@@ -128,7 +128,7 @@ def module_of(name) -> str | None:
     return None
 
 
-def _kind(mode) -> str:
+def kind_of(mode) -> str:
     """What a file that is not a regular file is, in words."""
     for test, words in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
                         (stat.S_ISFIFO, "a named pipe (FIFO), not a regular file"),
@@ -141,7 +141,7 @@ def _kind(mode) -> str:
 
 def _check(st, name, limit):
     if not stat.S_ISREG(st.st_mode):
-        raise Refused(f"{name} is {_kind(st.st_mode)}: not graded" + (LINK_HINT if stat.S_ISLNK(st.st_mode) else ""))
+        raise Refused(f"{name} is {kind_of(st.st_mode)}: not graded" + (LINK_HINT if stat.S_ISLNK(st.st_mode) else ""))
     if st.st_size > limit:
         raise Refused(f"{name} is {size_text(st.st_size)}, over the {size_text(limit)} limit: not graded")
 
@@ -597,7 +597,7 @@ def _unpack(zf, infos, dest) -> dict[str, str]:
                               "the submission's folder)"
             continue
         if stat.S_IFMT(mode) and not stat.S_ISREG(mode):
-            notes[name] = f"{name} is {_kind(mode)}: not graded" + (LINK_HINT if stat.S_ISLNK(mode) else "")
+            notes[name] = f"{name} is {kind_of(mode)}: not graded" + (LINK_HINT if stat.S_ISLNK(mode) else "")
             continue
         if suffix not in MAX_FILE or any(_hidden(p) for p in parts):
             continue  # only modules and notebooks are ever graded
