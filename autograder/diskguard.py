@@ -11,9 +11,10 @@ filesystem how much space and how many inodes are free (`statvfs`, a few
 microseconds); only when either has dropped by more than what the student may
 still write does it count the writable folders (a bounded walk that follows
 no link). When they hold more than the cap, it calls `exceeded`, which ends
-the student's process tree. So the disk holds at most the cap plus what one
-process tree can write in POLL seconds, and the grader reads nothing the
-student could make large: at most `max_files` + 1 entries per walk.
+the student's process tree. So the disk holds the cap plus what the tree
+writes between two looks (POLL seconds apart, more on a busy machine), and
+the grader reads nothing the student could make large: at most
+`max_files` + 1 entries per walk.
 """
 from __future__ import annotations
 
