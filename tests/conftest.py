@@ -1,5 +1,6 @@
 """Shared fixtures of the kit's own tests."""
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,22 @@ def student_python(request):
     if os.geteuid() != 0:
         return sys.executable
     return request.getfixturevalue("readable_python")
+
+
+#: (case, level, route, seconds, grader peak MiB, outcome) of every attack case graded in this run (test_attacks)
+ATTACK_FIGURES = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The cost of each attack case, printed at the end of the run: what each hostile submission cost the
+    trusted side (the bounds themselves are asserted by tests/test_attacks.py)."""
+    # the list test_attacks filled: its `from tests.conftest import` may be another copy of this module
+    figures = getattr(sys.modules.get("tests.conftest"), "ATTACK_FIGURES", None) or ATTACK_FIGURES
+    if not figures:
+        return
+    tr = terminalreporter
+    tr.section("attack corpus: grading time and the grader's peak memory, per case and level")
+    tr.write_line(f"{'case':42} {'level':10} {'route':6} {'seconds':>7} {'peak MiB':>8}  outcome")
+    for case, level, route, seconds, peak, outcome in sorted(figures):
+        peak = f"{peak:8.0f}" if peak is not None else f"{'-':>8}"
+        tr.write_line(f"{case:42} {level:10} {route:6} {seconds:7.1f} {peak}  {outcome}")

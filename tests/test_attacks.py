@@ -96,7 +96,7 @@ import pytest
 
 from autograder import sandbox as sandbox_module
 from autograder.engine import SubmissionError, WarmServers, grade
-from tests.conftest import ROOT, SOLUTIONS, TEMPLATE
+from tests.conftest import ATTACK_FIGURES, ROOT, SOLUTIONS, TEMPLATE
 from tests.corpus import ATTACK_KINDS, MODULES, NEEDS, CorpusError, PatchError, load_attacks, materialize
 
 ATTACKS = load_attacks()
@@ -649,6 +649,7 @@ def test_attack_earns_nothing_undeserved_and_leaks_nothing(level, case, route, a
             report, message = None, str(exc)
         seconds = time.monotonic() - start
         print(f"{case.id} at {level}, {route}: in {seconds:.1f} s, refused: {message!r}")
+        ATTACK_FIGURES.append((case.id, level, route, seconds, None, "refused"))
         problems = refusal_problems(case, report, message, seconds)
         problems += leak_problems({"the refusal's message": message or ""}, forbidden)
     else:
@@ -656,6 +657,9 @@ def test_attack_earns_nothing_undeserved_and_leaks_nothing(level, case, route, a
         print(f"{case.id} at {level}, {route}: graded in {seconds:.1f} s, {case.module} "
               f"{report.modules()[case.module][0]:g}/{report.modules()[case.module][1]:g}, score {report.score:g}, "
               f"isolation {getattr(report, 'isolation', '?')!r}, grader peak {report.grader_peak_mib:g} MiB")
+        earned, available = report.modules()[case.module]
+        ATTACK_FIGURES.append((case.id, level, route, seconds, report.grader_peak_mib,
+                               f"{case.module} {earned:g}/{available:g}"))
         problems = expectation_problems(case, report, seconds) + leak_problems(report, forbidden)
     leftovers = files_with_marker(marker, extra_roots=[tmp_path]) if case.attack == "results-json" else []
     for path in leftovers:  # never leave the attack's files behind, whatever the outcome
