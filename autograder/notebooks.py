@@ -124,13 +124,18 @@ def _cell_text(cell) -> str | None:
     return source if isinstance(source, str) else None
 
 
+TOO_DEEP = "nests deeper than Python's parser can hold"
+
+
 def _parse(source: str):
-    """The cell's module AST, or None when it does not parse (a syntax error, or nesting too deep for the
-    parser: RecursionError, MemoryError)."""
+    """The cell's module AST; None when it does not parse (a syntax error: the student process raises it
+    with its line), TOO_DEEP when the parser itself gives up (RecursionError, MemoryError)."""
     try:
         return ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    except (SyntaxError, ValueError):
         return None
+    except (RecursionError, MemoryError):
+        return TOO_DEEP
 
 
 def _bound_names(node) -> set[str]:
@@ -188,19 +193,27 @@ def notebook_to_source(nb, module: str, name: str = "notebook", *, too_long=froz
     A cell longer than MAX_CELL_CHARS is not parsed: the module cell then raises ImportError saying so.
     `too_long`: the numbers of cells already emptied for being too long (`_empty_long_cells`).
     """
-    cells = []  # (index, source, tree or None, is the module cell)
+    cells = []  # (index, source or why it was not read, tree or None, is the module cell)
+    unread = set()  # indexes of the cells not read
     for index, cell in enumerate(nb.get("cells") or [], 1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        source = _cell_text(cell)
-        if source is None:
-            continue
         is_module = _is_module_cell(cell, module)
-        if len(source) > MAX_CELL_CHARS or index in too_long:
-            cells.append((index, None, None, is_module))
+        source = _cell_text(cell)
+        why = None
+        if source is None:
+            why = "has no text as its source (not a string or a list of strings)"
+        elif len(source) > MAX_CELL_CHARS or index in too_long:
+            why = f"holds more than {MAX_CELL_CHARS:,} characters"
+        else:
+            source = _strip_magics(source)
+            tree = _parse(source)
+            why = TOO_DEEP if tree is TOO_DEEP else None
+        if why is not None:
+            unread.add(index)
+            cells.append((index, why, None, is_module))
             continue
-        source = _strip_magics(source)
-        cells.append((index, source, _parse(source), is_module))
+        cells.append((index, source, tree, is_module))
     sure = [node for _, _, tree, _ in cells if tree is not None for node in _module_nodes(tree)]
     kept = {id(node) for node in sure}
     available = set(dir(builtins)).union(*(_binds(node) for node in sure))
@@ -220,10 +233,10 @@ def notebook_to_source(nb, module: str, name: str = "notebook", *, too_long=froz
                 grew = True
     parts = [f'"""{module}.py, taken from {name}: its imports, functions, classes and constants."""']
     for index, source, tree, is_module in cells:
-        if source is None:
+        if index in unread:  # `source` says why: the module cell raises it, any other is left out
             if is_module:
-                parts.append(f"# --- cell {index} (too long to read)\nraise ImportError("
-                             f"{f'cell {index} of {name} holds more than {MAX_CELL_CHARS:,} characters: it was not read'!r})")
+                parts.append(f"# --- cell {index} (not read)\nraise ImportError("
+                             f"{f'cell {index} of {name} {source}: it was not read'!r})")
             continue
         if tree is None:
             if is_module:

@@ -861,6 +861,10 @@ def test_every_case_materializes_as_valid_python(tmp_path):
     ('module = "heads"\ncall_timeout = 90\n[[attack.patch]]\nfile = "heads.py"\nfind = "a"\nreplace = "b"',
      "call_timeout must be"),
     ('module = "heads"\nsurprise = 1\n[[attack.file]]\nname = "heads.py"\nsource = "template"', "unknown keys"),
+    ('module = "heads"\n[[attack.notebook]]\ncell = "x"\njson = "1"', "needs cell (and maybe repeat, end), or json"),
+    ('module = "heads"\n[[attack.notebook]]\njson = "{not json"', "json is not a JSON value"),
+    ('module = "heads"\n[[attack.notebook]]\ncell = "x"\n[[attack.notebook]]\ncell = "y"', "at most one"),
+    ('module = "heads"\n[[attack.notebook]]\ncell = "x"\nrepeat = 0', "repeat must be"),
 ])
 def test_loader_rejects_malformed_cases(tmp_path, entry, error):
     path = tmp_path / "attacks.toml"

@@ -372,3 +372,19 @@ def test_a_file_with_a_cell_too_long_to_read_is_never_validated_line_by_line(as_
     assert "x=1" not in source
     with pytest.raises(ImportError, match=f"cell 2 of 01_attention.ipynb holds more than {MAX_CELL_CHARS:,}"):
         _run(source)
+
+
+def test_a_module_cell_the_parser_cannot_hold_or_without_text_says_so():
+    """100,000 unary minuses make Python's parser give up (MemoryError); a `"source": 123` is no text: neither
+    is parsed again in the student process, whose module raises ImportError saying why (that module only)."""
+    deep = _module("def f():\n    return 1\n", "-" * 100_000 + "1\n", module_cell_index=1)
+    assert len(deep) < 1000
+    with pytest.raises(ImportError, match="cell 2 of 01_attention.ipynb nests deeper than Python's parser can hold"):
+        _run(deep)
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "code", "id": "c", "source": 123, "outputs": [], "execution_count": None,
+         "metadata": {"nbgrader": {"grade_id": "attention-code", "solution": True}}}]}
+    from autograder.notebooks import notebook_source
+
+    with pytest.raises(ImportError, match="cell 1 of 01_attention.ipynb has no text as its source"):
+        _run(notebook_source(json.dumps(nb).encode(), "01_attention.ipynb"))

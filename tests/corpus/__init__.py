@@ -95,6 +95,8 @@ ATTACK_KINDS: tuple[str, ...] = (
     "huge-file",  # a module over the size limit
     # answers that would cost the trusted side far more than their size (autograder/wire.py)
     "answer-bombs",  # DEFLATE records, stride-0 tensors, 20 MB messages, sparse tensors sent as answers
+    # notebooks that would cost the trusted side's conversion far more than their size (autograder/notebooks.py)
+    "notebook-bombs",  # a cell of millions of lines, nesting the parser cannot hold, a cell whose source is no text
 )
 #: What an attack case may need from the sandbox before it can be run safely or meaningfully.
 NEEDS: tuple[str, ...] = ("isolation", "process-limit", "memory-limit")
@@ -168,6 +170,18 @@ class ZipEntry:
     repeat: int = 1
 
 
+@dataclass(frozen=True)
+class NotebookCell:
+    """The attacked module's notebook (NN_<module>.ipynb, the student template's) with its module cell's source
+    replaced: `cell` repeated `repeat` times then `end`, or, with `json`, that JSON value as the source as is
+    (a number, a list of anything: what a hand-edited notebook may hold)."""
+
+    cell: str = ""
+    repeat: int = 1
+    end: str = ""
+    json: str | None = None
+
+
 #: The folder a zip-form case's files are zipped under (a zip of one folder, as students send).
 ZIP_FOLDER = "submission"
 
@@ -203,6 +217,7 @@ class AttackCase:
     zip_entries: tuple[ZipEntry, ...] = ()
     pad_to: int = 0  # the attacked module, padded with comment lines to this many bytes
     refused: str = ""  # the grader must refuse the whole submission (SubmissionError) with a message holding this
+    notebook: NotebookCell | None = None  # the attacked module's notebook, its module cell as given
     kind: str = field(default="attack", init=False)
 
     @property
@@ -357,7 +372,7 @@ def materialize(case: Case | AttackCase, dest: Path | str, solutions_dir: Path |
 # -- the adversarial corpus (attacks.toml) -----------------------------------------
 _ATTACK_KEYS = {"id", "attack", "module", "description", "needs", "passes", "fails", "max_seconds", "call_timeout",
                 "probe", "scenario", "known_vulnerability", "patch", "file", "link", "form", "zip_entry", "pad_to",
-                "refused"}
+                "refused", "notebook"}
 FORMS = ("folder", "zip")
 MAX_PAD = 64 << 20  # pad_to: large enough to be over the intake's limit, small enough for a test to read
 
@@ -427,14 +442,45 @@ def _attack_from_entry(index: int, entry: dict) -> AttackCase:
             raise CorpusError(f"{pwhere}: empty find")
         patches.append(Patch(raw["file"], raw["find"], raw["replace"]))
     form, links, zip_entries, pad_to, refused = _intake_keys(entry, where)
-    if not files and not patches and not links and not zip_entries and not pad_to:
-        raise CorpusError(f"{where}: needs an [[attack.file]] or at least one [[attack.patch]], [[attack.link]] "
-                          "or [[attack.zip_entry]], or pad_to")
+    notebook = _notebook_key(entry, where)
+    if not files and not patches and not links and not zip_entries and not pad_to and not notebook:
+        raise CorpusError(f"{where}: needs an [[attack.file]] or at least one [[attack.patch]], [[attack.link]], "
+                          "[[attack.zip_entry]] or [[attack.notebook]], or pad_to")
     return AttackCase(case_id, entry["attack"], module, entry["description"].strip(), tuple(patches), tuple(files),
                       needs, passes, fails, float(max_seconds),
                       None if call_timeout is None else float(call_timeout), entry.get("probe", ""), scenario,
                       entry.get("known_vulnerability", "").strip(), links=links, form=form, zip_entries=zip_entries,
-                      pad_to=pad_to, refused=refused)
+                      pad_to=pad_to, refused=refused, notebook=notebook)
+
+
+MAX_NOTEBOOK_CELL = 64 << 20  # characters of a notebook case's module cell: a bomb, still one a test can write
+
+
+def _notebook_key(entry: dict, where: str) -> NotebookCell | None:
+    raw = entry.get("notebook")
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or len(raw) != 1 or not isinstance(raw[0], dict):
+        raise CorpusError(f"{where}: at most one [[attack.notebook]] (the attacked module's)")
+    raw = raw[0]
+    nwhere = f"{where} notebook"
+    if set(raw) - {"cell", "repeat", "end", "json"} or ("json" in raw) == bool(set(raw) & {"cell", "repeat", "end"}):
+        raise CorpusError(f"{nwhere}: needs cell (and maybe repeat, end), or json")
+    if "json" in raw:
+        import json
+
+        try:
+            json.loads(raw["json"])
+        except (TypeError, ValueError) as exc:
+            raise CorpusError(f"{nwhere}: json is not a JSON value: {exc}") from None
+        return NotebookCell(json=raw["json"])
+    cell, end, repeat = raw.get("cell", ""), raw.get("end", ""), raw.get("repeat", 1)
+    if not isinstance(cell, str) or not isinstance(end, str) or not (cell or end):
+        raise CorpusError(f"{nwhere}: cell and end must be strings, not both empty")
+    if not _is_int(repeat) or repeat < 1 or len(cell) * repeat + len(end) > MAX_NOTEBOOK_CELL:
+        raise CorpusError(f"{nwhere}: repeat must be a whole number >= 1, the cell at most {MAX_NOTEBOOK_CELL} "
+                          "characters")
+    return NotebookCell(cell, repeat, end)
 
 
 def _is_int(value) -> bool:
@@ -550,12 +596,28 @@ def _materialize_attack(case: AttackCase, dest: Path, template_dir: Path, params
         line = "# " + "padding " * 9 + "\n"
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(line * max(0, (case.pad_to - size) // len(line) + 1))
+    if case.notebook:
+        _write_notebook(case, dest, template_dir)
     for link in case.links:
         path = dest / link.name
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.is_symlink() or path.is_file():
             path.unlink()
         os.symlink(substitute(link.target, params, case_id=case.id), path)
+
+
+def _write_notebook(case: AttackCase, dest: Path, template_dir: Path) -> None:
+    """The student template's notebook of the case's module, its module cell's source as the case gives it."""
+    import json
+
+    from autograder.release import NOTEBOOKS, module_cell
+
+    name = NOTEBOOKS[case.module]
+    nb = json.loads((template_dir / name).read_text(encoding="utf-8"))
+    cell = case.notebook
+    module_cell(nb, case.module)["source"] = json.loads(cell.json) if cell.json is not None \
+        else cell.cell * cell.repeat + cell.end
+    (dest / name).write_text(json.dumps(nb), encoding="utf-8")
 
 
 def _zip_case(case: AttackCase, dest: Path, params: dict) -> Path:
