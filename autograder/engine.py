@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from autograder import MODULES, intake
+from autograder import MODULES, batchlock, intake
 from autograder.intake import MAX_UNZIPPED, SubmissionError  # noqa: F401  (the engine's names, as before)
 from autograder.notebooks import missing_message, module_of, notebook_source
 from autograder.results import GradeReport, TestResult
@@ -329,6 +329,8 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
         args += ["--intake", json.dumps({"missing": got.missing, "source": str(Path(path).resolve())})]
         if servers is not None:
             args += ["--zygote", servers.zygote.address]
+        if batchlock.folder() is not None:  # a class run: explicit, as servers may predate it
+            args += ["--batch-dir", str(batchlock.folder())]
         if select:
             args += ["-k", select]
         key = secrets.token_bytes(32)

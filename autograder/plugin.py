@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import checks
+from autograder import batchlock, checks
 from autograder.sandbox import LEVELS, GraderUnavailable, Limits, Sandbox, StudentError
 
 _SANDBOX = pytest.StashKey[Sandbox]()
@@ -40,6 +40,8 @@ def pytest_addoption(parser):
                     help="how the student process is confined (autograder.sandbox.choose_isolation)")
     group.addoption("--student-python", default=sys.executable, help="the interpreter of the student process")
     group.addoption("--zygote", help="address of a warm student zygote (autograder.forkserver)")
+    group.addoption("--batch-dir", default=None,
+                    help="the class run this grading belongs to (autograder.batchlock; default: $MHA_BATCH_DIR)")
     group.addoption("--intake", default="{}", help="what the engine's intake left out, as JSON: {\"missing\": "
                     "{module: why}, \"source\": the original submission} (autograder.engine.taken)")
 
@@ -57,6 +59,8 @@ def pytest_configure(config):
     if fd is not None:  # read and closed before any student process starts
         config.stash[_KEY] = os.read(fd, 256)
         os.close(fd)
+    if config.getoption("batch_dir"):  # given by the engine: a warm server forked before the run began has no env
+        os.environ[batchlock.ENV] = config.getoption("batch_dir")
     submission = config.getoption("submission")
     if submission:
         sandbox = Sandbox(submission, call_timeout=config.getoption("call_timeout"),

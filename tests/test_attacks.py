@@ -26,7 +26,10 @@ from links that stay inside it, never through a link to the kit.
 
 `test_another_students_code_stays_private` grades a correct submission and
 an attacking one side by side: the attacker must neither earn with nor see
-the other student's code.
+the other student's code. `test_a_class_run_goes_on_and_no_neighbour_moves`
+grades the class-scenario cases with `grade-all` (autograder.batch) next to
+a correct neighbour: the run lists both, the neighbour keeps 100 with clean
+speed measurements.
 
 **Levels.** Every case is a test at every level (`[namespaces-<case>]`,
 `[landlock-<case>]`, `[none-<case>]`). Which levels the machine offers is
@@ -94,6 +97,7 @@ from pathlib import Path
 
 import pytest
 
+from autograder import batch as batch_module
 from autograder import sandbox as sandbox_module
 from autograder.engine import SubmissionError, WarmServers, grade
 from tests.conftest import ATTACK_FIGURES, ROOT, SOLUTIONS, TEMPLATE
@@ -167,7 +171,8 @@ def submission_sources(path: Path) -> dict[str, str]:
     out = {}
     if path.is_dir():
         top = path.resolve()
-        for f in sorted(path.rglob("*.py")):
+        found = [Path(d) / n for d, _, names in os.walk(path) for n in names if n.endswith(".py")]  # no linked dirs
+        for f in sorted(found):
             try:
                 real = f.resolve()
                 if real.is_file() and (real == top or top in real.parents):
@@ -731,6 +736,87 @@ def test_another_students_code_stays_private(level, case, route, at, tmp_path, s
     assert_no_problems(case, problems)
 
 
+CLASS = [c for c in ATTACKS if c.scenario == "class"]
+
+
+def _neighbour_measurements(report) -> list[dict]:
+    """What the neighbour's speed checks recorded of their measurements (TestResult.data["timing"])."""
+    return [t.data["timing"] for t in report.tests if isinstance(t.data.get("timing"), dict)]
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CLASS])
+@pytest.mark.parametrize("level", LEVELS, scope="module")
+def test_a_class_run_goes_on_and_no_neighbour_moves(level, case, at, tmp_path, server, marker, canary, monkeypatch):
+    """grade-all over a class folder: the case's submission (named `submission_id`) and a correct neighbour.
+
+    The run lists both, writes each one's files in its own folder and the gradebook as the gradebook; the
+    neighbour scores 100 with every speed measurement clean (with `neighbour_frozen`: at least one of them
+    stopped the attacker's processes, which were alive then); the attacker earns what it deserves, leaks
+    nothing, leaves nothing running. Both gradings run at once, through this level's warm servers."""
+    skip_unless_met(case, at)
+    secret = f"student-a-secret-{secrets.token_hex(8)}"
+    klass = tmp_path / "class"
+    a = _student_a(klass / "student-a", secret)
+    b = materialize(case, klass / case.submission_id, SOLUTIONS, params=_params(case, server, marker))
+    reports = {}
+    real_grade = batch_module.grade
+
+    def recording_grade(path, **options):  # the real grading; the test keeps each report to look into
+        report = real_grade(path, **options)
+        reports[Path(path).name] = report
+        return report
+
+    monkeypatch.setattr(batch_module, "grade", recording_grade)
+    out = tmp_path / "out"
+    start = time.monotonic()
+    rows = batch_module.grade_all(klass, out, jobs=2, warm=False, timeout=600, call_timeout=CALL_TIMEOUT,
+                                  isolation=at.name, python=at.python, servers=at.servers())
+    seconds = time.monotonic() - start
+    alive = surviving_student_processes([a, b], at.zygotes())
+    _kill(alive)
+    problems = []
+    names = {"student-a", case.submission_id}
+    if {batch_module.row_key(n) for n in names} != set(rows) or set(reports) != names:
+        problems.append(f"expected a row and a grading for each of {sorted(names)}, got rows {sorted(rows)} and "
+                        f"gradings of {sorted(reports)}")
+    book = batch_module.read_gradebook(out)
+    if set(book) != set(rows):
+        problems.append(f"expected OUT/gradebook.csv to be the gradebook of both, it lists {sorted(book)}")
+    for name in names:
+        if not (batch_module.output_folder(out, name) / "results.json").is_file():
+            problems.append(f"expected {name}'s results.json in {batch_module.output_folder(out, name)}")
+    neighbour, report = reports.get("student-a"), reports.get(case.submission_id)
+    if neighbour is None or report is None:
+        assert_no_problems(case, problems)
+    if neighbour.status != "graded" or neighbour.score != 100:
+        problems.append(f"the neighbour (a correct submission): expected 100, got {neighbour.score:g} "
+                        f"({neighbour.status}): " + "; ".join(f"{t.module}/{t.id}: {t.message[:150]}"
+                                                              for t in neighbour.failed()[:5]))
+    measured = _neighbour_measurements(neighbour)
+    unclean = [m for m in measured if m.get("discarded")]
+    if not measured or unclean:
+        problems.append(f"expected the neighbour's speed measurements recorded, none discarded; got {len(measured)}"
+                        f", {len(unclean)} with rounds discarded: {[m.get('discarded_why') for m in unclean][:3]}")
+    if case.neighbour_frozen and not any(m.get("neighbours_stopped") for m in measured):
+        problems.append("expected a measurement of the neighbour to stop this submission's processes (alive "
+                        f"then): neighbours_stopped is {[m.get('neighbours_stopped') for m in measured]}")
+    print(f"{case.id} at {level}: class run in {seconds:.1f} s, {case.module} "
+          f"{report.modules()[case.module][0]:g}/{report.modules()[case.module][1]:g}, the neighbour "
+          f"{neighbour.score:g} (neighbours stopped {[m.get('neighbours_stopped') for m in measured]}), grader "
+          f"peaks {report.grader_peak_mib:g} and {neighbour.grader_peak_mib:g} MiB")
+    ATTACK_FIGURES.append((case.id, level, "class", seconds, max(report.grader_peak_mib, neighbour.grader_peak_mib),
+                           f"{case.module} {report.modules()[case.module][0]:g}/{report.modules()[case.module][1]:g}"
+                           f", neighbour {neighbour.score:g}"))
+    problems += expectation_problems(case, report, seconds)
+    problems += leak_problems(report, {"the other student's code": {secret}, "the canary token": {canary},
+                                       "a line of the reference solution": reference_lines(b),
+                                       "a line of the hidden graders": GRADER_LINES - _lines(b)})
+    if alive:
+        problems.append(f"expected no student process left after the run, found (now killed): {alive[:5]}")
+    problems += server_problems(at)
+    assert_no_problems(case, problems)
+
+
 # -- the harness's own checks ---------------------------------------------------------------------------
 def test_every_corpus_case_is_graded_at_every_level(request):
     """Nothing dropped: each case of attacks.toml (read again here) is a test at each level under test, on the
@@ -738,11 +824,12 @@ def test_every_corpus_case_is_graded_at_every_level(request):
     MHA_ATTACKS_ISOLATION narrows them."""
     items = [i for i in request.node.parent.collect() if isinstance(i, pytest.Function)
              and i.originalname in ("test_attack_earns_nothing_undeserved_and_leaks_nothing",
-                                    "test_another_students_code_stays_private")]
+                                    "test_another_students_code_stays_private",
+                                    "test_a_class_run_goes_on_and_no_neighbour_moves")]
     graded = {}
     for item in items:
         params = item.callspec.params
-        graded.setdefault((params["level"], params["route"]), []).append(params["case"].id)
+        graded.setdefault((params["level"], params.get("route", "warm")), []).append(params["case"].id)
     ids = [c.id for c in load_attacks()]
     problems = []
     for level in LEVELS:
@@ -823,6 +910,8 @@ def test_corpus_covers_every_attack_kind():
     per_module = {c.module for c in ATTACKS}
     assert per_module == set(MODULES), f"expected attacks on every module, got only {sorted(per_module)}"
     assert any(c.scenario == "other-student" for c in ATTACKS), "expected a case graded next to another student"
+    assert any(c.scenario == "class" and c.neighbour_frozen for c in ATTACKS), \
+        "expected a class-run case whose processes the neighbour's measurement must stop"
 
 
 def test_bombs_are_marked_with_the_limit_that_bounds_them():
@@ -865,6 +954,13 @@ def test_every_case_materializes_as_valid_python(tmp_path):
     ('module = "heads"\n[[attack.notebook]]\njson = "{not json"', "json is not a JSON value"),
     ('module = "heads"\n[[attack.notebook]]\ncell = "x"\n[[attack.notebook]]\ncell = "y"', "at most one"),
     ('module = "heads"\n[[attack.notebook]]\ncell = "x"\nrepeat = 0', "repeat must be"),
+    ('module = "heads"\nfiles_under = "../up"', "files_under must be a relative path"),
+    ('module = "heads"\n[[attack.extra_file]]\nname = "a.py"\nrepeat = 3', "needs ${index}"),
+    ('module = "heads"\nform = "zip"\n[[attack.extra_file]]\nname = "a.py"', "is for a folder"),
+    ('module = "heads"\nsubmission_id = "x"\n[[attack.file]]\nname = "heads.py"\nsource = "template"',
+     'are for scenario = "class"'),
+    ('module = "heads"\nscenario = "class"\nsubmission_id = "student-a"', "other than student-a"),
+    ('module = "heads"\nscenario = "class"\nform = "zip"', "is a folder in the class folder"),
 ])
 def test_loader_rejects_malformed_cases(tmp_path, entry, error):
     path = tmp_path / "attacks.toml"

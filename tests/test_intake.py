@@ -383,7 +383,8 @@ def test_the_corpus_has_a_case_per_intake_attack():
                 "symlinked-folder-to-kit", "zip-traversal-entries", "zip-symlink-entry", "zip-bomb",
                 "zip-many-entries", "module-over-size-limit", "symlink-notebook-to-instructor",
                 "symlink-notebook-relative-to-instructor", "zip-symlink-notebook-entry",
-                "symlink-module-to-other-student"}
+                "symlink-module-to-other-student", "intake-many-small-files", "zip-top-folder-named-like-a-notebook",
+                "classroom-links-through-the-kit-checkout", "class-id-names-the-gradebook"}
     assert expected <= set(cases), f"missing intake cases: {sorted(expected - set(cases))}"
     assert cases["zip-bomb"].refused and cases["zip-many-entries"].refused
     assert cases["symlink-module-to-other-student"].scenario == "other-student"

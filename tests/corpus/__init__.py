@@ -97,11 +97,16 @@ ATTACK_KINDS: tuple[str, ...] = (
     "answer-bombs",  # DEFLATE records, stride-0 tensors, 20 MB messages, sparse tensors sent as answers
     # notebooks that would cost the trusted side's conversion far more than their size (autograder/notebooks.py)
     "notebook-bombs",  # a cell of millions of lines, nesting the parser cannot hold, a cell whose source is no text
+    "intake-scale",  # a folder of thousands of small files around the modules: the search for them must stay linear
+    "notebook-conversions",  # honest notebook code that a careless conversion breaks (lines like magics, constants)
+    "class-run",  # grade-all: an id that names the kit's own file, busy loops left running next to a neighbour
+    "classroom",  # GitHub Classroom: links through the kit's checkout in the student's workspace
 )
 #: What an attack case may need from the sandbox before it can be run safely or meaningfully.
 NEEDS: tuple[str, ...] = ("isolation", "process-limit", "memory-limit")
-#: Scenarios: one submission graded alone, or next to another student's submission.
-SCENARIOS: tuple[str, ...] = ("single", "other-student")
+#: Scenarios: one submission graded alone, next to another student's submission, or in a class run (grade-all) with
+#: a correct neighbour.
+SCENARIOS: tuple[str, ...] = ("single", "other-student", "class")
 _PLACEHOLDER_RE = re.compile(r"\$\{([a-z_][a-z0-9_]*)\}")
 
 _ID_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -171,6 +176,15 @@ class ZipEntry:
 
 
 @dataclass(frozen=True)
+class ExtraFile:
+    """A file added to a folder-form attack case, at `name` (a path in it; ${index} numbers repeats)."""
+
+    name: str
+    content: str = ""
+    repeat: int = 1
+
+
+@dataclass(frozen=True)
 class NotebookCell:
     """The attacked module's notebook (NN_<module>.ipynb, the student template's) with its module cell's source
     replaced: `cell` repeated `repeat` times then `end`, or, with `json`, that JSON value as the source as is
@@ -218,6 +232,10 @@ class AttackCase:
     pad_to: int = 0  # the attacked module, padded with comment lines to this many bytes
     refused: str = ""  # the grader must refuse the whole submission (SubmissionError) with a message holding this
     notebook: NotebookCell | None = None  # the attacked module's notebook, its module cell as given
+    files_under: str = ""  # where the submission's files sit: a folder's subfolder, a zip's top folder
+    extra_files: tuple[ExtraFile, ...] = ()  # more files in a folder-form submission (numbered by ${index})
+    submission_id: str = "student-b"  # scenario "class": the submission's name in the class folder
+    neighbour_frozen: bool = False  # scenario "class": the neighbour's speed measurement must stop this one
     kind: str = field(default="attack", init=False)
 
     @property
@@ -334,9 +352,11 @@ def materialize(case: Case | AttackCase, dest: Path | str, solutions_dir: Path |
     the student_template next to `solutions_dir`), then patched, then its
     ${name} placeholders are filled from `params` (${solutions} and ${kit},
     the real paths of `solutions_dir` and its parent, need not be given),
-    then padded to `pad_to` bytes; its [[attack.link]] links are made. A
-    zip-form case returns `<dest>.zip` instead: the folder's files under
-    ZIP_FOLDER/, then its [[attack.zip_entry]] entries.
+    then padded to `pad_to` bytes; its [[attack.link]] links are made; all of
+    it is moved under `files_under` when given, and its [[attack.extra_file]]
+    files are added. A zip-form case returns `<dest>.zip` instead: the
+    folder's files under its `files_under` (default ZIP_FOLDER/), then its
+    [[attack.zip_entry]] entries.
     """
     dest = Path(dest)
     solutions_dir = Path(solutions_dir)
@@ -353,7 +373,10 @@ def materialize(case: Case | AttackCase, dest: Path | str, solutions_dir: Path |
         kit = solutions_dir.resolve()
         params = {"solutions": str(kit), "kit": str(kit.parent), **(params or {})}
         _materialize_attack(case, dest, template, params)
-        return _zip_case(case, dest, params) if case.form == "zip" else dest
+        if case.form == "zip":
+            return _zip_case(case, dest, params)
+        _lay_out(case, dest, params)
+        return dest
     touched: dict[str, str] = {}
     for patch in case.patches:
         path = dest / patch.file
@@ -372,7 +395,7 @@ def materialize(case: Case | AttackCase, dest: Path | str, solutions_dir: Path |
 # -- the adversarial corpus (attacks.toml) -----------------------------------------
 _ATTACK_KEYS = {"id", "attack", "module", "description", "needs", "passes", "fails", "max_seconds", "call_timeout",
                 "probe", "scenario", "known_vulnerability", "patch", "file", "link", "form", "zip_entry", "pad_to",
-                "refused", "notebook"}
+                "refused", "notebook", "files_under", "extra_file", "submission_id", "neighbour_frozen"}
 FORMS = ("folder", "zip")
 MAX_PAD = 64 << 20  # pad_to: large enough to be over the intake's limit, small enough for a test to read
 
@@ -443,14 +466,66 @@ def _attack_from_entry(index: int, entry: dict) -> AttackCase:
         patches.append(Patch(raw["file"], raw["find"], raw["replace"]))
     form, links, zip_entries, pad_to, refused = _intake_keys(entry, where)
     notebook = _notebook_key(entry, where)
-    if not files and not patches and not links and not zip_entries and not pad_to and not notebook:
+    files_under, extra_files = _layout_keys(entry, where, form)
+    submission_id, neighbour_frozen = _class_keys(entry, where, scenario)
+    if not files and not patches and not links and not zip_entries and not pad_to and not notebook \
+            and not files_under and not extra_files and scenario != "class":
         raise CorpusError(f"{where}: needs an [[attack.file]] or at least one [[attack.patch]], [[attack.link]], "
-                          "[[attack.zip_entry]] or [[attack.notebook]], or pad_to")
+                          "[[attack.zip_entry]], [[attack.extra_file]] or [[attack.notebook]], or pad_to or "
+                          "files_under, or the class scenario")
     return AttackCase(case_id, entry["attack"], module, entry["description"].strip(), tuple(patches), tuple(files),
                       needs, passes, fails, float(max_seconds),
                       None if call_timeout is None else float(call_timeout), entry.get("probe", ""), scenario,
                       entry.get("known_vulnerability", "").strip(), links=links, form=form, zip_entries=zip_entries,
-                      pad_to=pad_to, refused=refused, notebook=notebook)
+                      pad_to=pad_to, refused=refused, notebook=notebook, files_under=files_under,
+                      extra_files=extra_files, submission_id=submission_id, neighbour_frozen=neighbour_frozen)
+
+
+def _relative_path(value, where: str, key: str) -> str:
+    if not isinstance(value, str) or not value or value.startswith("/") or ".." in Path(value).parts \
+            or "\\" in value:
+        raise CorpusError(f"{where}: {key} must be a relative path inside the submission, got {value!r}")
+    return value
+
+
+def _layout_keys(entry: dict, where: str, form: str) -> tuple[str, tuple[ExtraFile, ...]]:
+    """files_under (a path) and [[attack.extra_file]] (folder form only)."""
+    files_under = _relative_path(entry["files_under"], where, "files_under") if "files_under" in entry else ""
+    extras = []
+    for j, raw in enumerate(entry.get("extra_file", [])):
+        ewhere = f"{where} extra_file #{j + 1}"
+        if not isinstance(raw, dict) or "name" not in raw or set(raw) - {"name", "content", "repeat"} \
+                or not isinstance(raw.get("content", ""), str):
+            raise CorpusError(f"{ewhere}: needs name (and maybe content, repeat)")
+        name = _relative_path(raw["name"], ewhere, "name")
+        repeat = raw.get("repeat", 1)
+        if not _is_int(repeat) or not 0 < repeat <= 100_000:
+            raise CorpusError(f"{ewhere}: repeat must be a whole number in [1, 100000]")
+        if repeat > 1 and "${index}" not in name:
+            raise CorpusError(f"{ewhere}: a repeated file's name needs ${{index}}")
+        extras.append(ExtraFile(name, raw.get("content", ""), repeat))
+    if extras and form != "folder":
+        raise CorpusError(f"{where}: [[attack.extra_file]] is for a folder; a zip has [[attack.zip_entry]]")
+    return files_under, tuple(extras)
+
+
+def _class_keys(entry: dict, where: str, scenario: str) -> tuple[str, bool]:
+    """submission_id and neighbour_frozen, which only the class scenario has."""
+    if scenario != "class":
+        if "submission_id" in entry or "neighbour_frozen" in entry:
+            raise CorpusError(f"{where}: submission_id and neighbour_frozen are for scenario = \"class\"")
+        return "student-b", False
+    submission_id = entry.get("submission_id", "student-b")
+    if not isinstance(submission_id, str) or not submission_id or "/" in submission_id \
+            or submission_id in (".", "..", "student-a") or submission_id.startswith("."):
+        raise CorpusError(f"{where}: submission_id must be a file name other than student-a (the neighbour), not "
+                          f"hidden, got {submission_id!r}")
+    frozen = entry.get("neighbour_frozen", False)
+    if not isinstance(frozen, bool):
+        raise CorpusError(f"{where}: neighbour_frozen must be true or false")
+    if entry.get("form", "folder") != "folder":
+        raise CorpusError(f"{where}: a class-scenario case is a folder in the class folder (form = \"folder\")")
+    return submission_id, frozen
 
 
 MAX_NOTEBOOK_CELL = 64 << 20  # characters of a notebook case's module cell: a bomb, still one a test can write
@@ -606,6 +681,23 @@ def _materialize_attack(case: AttackCase, dest: Path, template_dir: Path, params
         os.symlink(substitute(link.target, params, case_id=case.id), path)
 
 
+def _lay_out(case: AttackCase, dest: Path, params: dict) -> None:
+    """A folder-form case: its files moved under `files_under`, then its [[attack.extra_file]] files written."""
+    if case.files_under:
+        under = dest / case.files_under
+        under.mkdir(parents=True, exist_ok=True)
+        top = Path(case.files_under).parts[0]
+        for entry in sorted(os.listdir(dest)):
+            if entry != top:
+                os.replace(dest / entry, under / entry)
+    for extra in case.extra_files:
+        for index in range(extra.repeat):
+            values = {**params, "index": index}
+            path = dest / substitute(extra.name, values, case_id=case.id)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(substitute(extra.content, values, case_id=case.id), encoding="utf-8")
+
+
 def _write_notebook(case: AttackCase, dest: Path, template_dir: Path) -> None:
     """The student template's notebook of the case's module, its module cell's source as the case gives it."""
     import json
@@ -627,7 +719,7 @@ def _zip_case(case: AttackCase, dest: Path, params: dict) -> Path:
         warnings.simplefilter("ignore")  # "Duplicate name": a case may shadow a file of the folder on purpose
         for path in sorted(dest.rglob("*")):
             if path.is_file() and not path.is_symlink():
-                zf.write(path, f"{ZIP_FOLDER}/{path.relative_to(dest).as_posix()}")
+                zf.write(path, f"{case.files_under or ZIP_FOLDER}/{path.relative_to(dest).as_posix()}")
         for entry in case.zip_entries:
             for index in range(entry.repeat):
                 values = {**params, "index": index}
