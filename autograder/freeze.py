@@ -143,8 +143,9 @@ def _all_stopped(pid):
 class Freeze:
     """What a freeze found: the processes it stopped and whether any of them ran during it."""
 
-    def __init__(self, root):
+    def __init__(self, root, descendants=True):
         self.root = root
+        self._tree = tree if descendants else (lambda pid: [pid] if _stat(pid) is not None else [])
         self.stopped: list[int] = []
         self.before: dict[int, int] = {}
         self.ran_ns = 0  # CPU time the tree used during the block (0 when frozen)
@@ -169,7 +170,7 @@ class Freeze:
         deadline = time.monotonic() + SETTLE_SECONDS
         seen = set()
         while time.monotonic() < deadline:
-            new = [pid for pid in tree(self.root) if pid not in seen]
+            new = [pid for pid in self._tree(self.root) if pid not in seen]
             seen.update(new)
             running = [pid for pid in self.stopped if not _all_stopped(pid)]
             if not new and not running:
@@ -196,7 +197,7 @@ class Freeze:
     def resume(self):
         after = {pid: cpu_ns(pid) for pid in self.stopped}
         grown = [after[p] - self.before.get(p, 0) for p in self.stopped if after[p] > self.before.get(p, 0)]
-        self.new = [pid for pid in tree(self.root) if pid not in self.before]
+        self.new = [pid for pid in self._tree(self.root) if pid not in self.before]
         self.ran_ns = sum(grown)
         self.clean = not grown and not self.new  # what counts is whether any of it ran, not how fast it stopped
         for pid in reversed(self.stopped):
@@ -207,12 +208,13 @@ class Freeze:
 
 
 @contextmanager
-def frozen(root: int | None):
-    """Stop the process tree under `root` for the duration of the block; yield its Freeze.
+def frozen(root: int | None, descendants: bool = True):
+    """Stop the process tree under `root` (only `root`, without `descendants`) for the duration of the
+    block; yield its Freeze.
 
     `root` None (no student process) or no /proc: nothing is frozen, `clean` stays None.
     """
-    freeze = Freeze(root)
+    freeze = Freeze(root, descendants)
     if root is None or not os.path.isdir("/proc/self/task"):
         yield freeze
         return

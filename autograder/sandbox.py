@@ -140,12 +140,15 @@ def refusals(probe):
 
 
 def _read_exactly(fd, n, deadline):
-    """`n` bytes from `fd`; TimeoutError past `deadline`, EOFError when the writer is gone first."""
+    """`n` bytes from `fd`; TimeoutError past `deadline` (a time.monotonic() figure, or a batchlock.Deadline),
+    EOFError when the writer is gone first."""
     parts, left = [], n
     while left:
-        wait = deadline - time.monotonic()
-        if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+        wait = deadline.left() if isinstance(deadline, batchlock.Deadline) else deadline - time.monotonic()
+        if wait <= 0:
             raise TimeoutError
+        if not select.select([fd], [], [], wait)[0]:
+            continue  # the deadline again: a batch's measurement may have moved it
         chunk = os.read(fd, min(left, 1 << 20))
         if not chunk:
             raise EOFError
@@ -347,6 +350,11 @@ class Sandbox:
                   "forbidden": forbidden_paths(self.submission, *filter(None, [self.intake.get("source")])),
                   "refuse": refusals(False)}
         self._proc = None
+        with batchlock.spawning():  # in a class run, a measurement stops this process from its first instant
+            self._spawn(config)
+        self._guard_disk()
+
+    def _spawn(self, config):
         if self.zygote:
             try:
                 self._proc = _Forked(self.zygote, config)
@@ -359,6 +367,8 @@ class Sandbox:
                 cwd=self._work, env=config["env"], start_new_session=True,
             )
         batchlock.register(self._proc.pid)  # in a class run, other gradings' speed checks stop this tree
+
+    def _guard_disk(self):
         if self.level != "namespaces":  # folders on the disk, not size-capped mounts: a guard holds them to it
             copy = sum(f.stat().st_size for f in self._work.iterdir())
             self._guard = DiskGuard([self._work, self._home],
@@ -459,7 +469,7 @@ class Sandbox:
         if self._ready:
             return
         try:
-            answer = _read_handshake(self._proc.stdout.fileno(), time.monotonic() + self.start_timeout)
+            answer = _read_handshake(self._proc.stdout.fileno(), batchlock.Deadline(self.start_timeout))
             why = None if answer.get("ready") else str(answer.get("error", "no reason given"))
         except TimeoutError:
             why = f"no handshake within {self.start_timeout:g} s"
@@ -511,11 +521,12 @@ class Sandbox:
                 f"not run: {module}.py already crashed or timed out {MAX_STRIKES} times "
                 f"({self.strikes[module][-1]})", "gave-up")
         timeout = self.call_timeout if timeout is None else timeout
+        batchlock.student_call()  # in a class run, none starts while another grading measures speed
         self._ensure_ready()
         try:
-            with batchlock.student_call():  # in a class run, never while another grading measures speed
-                self._write({"op": op, **fields})
-                answer = self._read(time.monotonic() + timeout, answer_limit)
+            self._write({"op": op, **fields})
+            # a measurement of a neighbour may stop this call's process: that time is not counted
+            answer = self._read(batchlock.Deadline(timeout), answer_limit)
         except TimeoutError:
             self._strike(module, f"no answer within {timeout:g} s")
             raise StudentError(f"{context} did not finish within {timeout:g} s "

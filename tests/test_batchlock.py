@@ -2,9 +2,12 @@
 
 Submission A of a batch forked busy loops into sessions of their own and
 stayed alive; B, a correct fused module near a threshold, scored 100 alone
-and 98.95 next to A. Now a measurement holds the batch's lock: no student
-call of the batch is in flight, and every other student tree is stopped.
+and 98.95 next to A. Now a measurement holds the batch's turnstile and stops
+every other student tree and grading process, calls in flight included; the
+time they spend stopped does not count against their deadlines, and a
+neighbour's hanging call never delays a measurement.
 """
+import shutil
 import subprocess
 import sys
 import threading
@@ -99,3 +102,91 @@ def test_a_measurement_in_a_batch_times_its_own_student_and_vouches_for_it(neigh
     assert m.verified and m.vouched and m.discarded == 0, m.details
     assert m.neighbours == 1 and m.to_dict()["neighbours_stopped"] == 1
     assert torch.isfinite(torch.tensor(m.speedup))
+
+
+def _busy_masks(folder, loop):
+    """A correct submission whose causal_mask first runs `loop` (Python source, one line)."""
+    shutil.copytree(SOLUTIONS, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    path = folder / "masks.py"
+    text = path.read_text()
+    body = "    return torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool, device=device))"
+    assert text.count(body) == 1
+    path.write_text(text.replace(body, f"    import time\n    {loop}\n{body}"))
+    return folder
+
+
+def _call_in_thread(sandbox, outcome):
+    def run():
+        try:
+            outcome["value"] = sandbox.call("masks", "causal_mask", 3)[0]
+        except Exception as exc:  # noqa: BLE001  (the test reports what it was)
+            outcome["error"] = exc
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def _wait_until_busy(sandbox):
+    """Until the student process has used CPU in the call just sent (the call is in flight)."""
+    root = sandbox.process_tree_root()
+    start = sum(freeze.cpu_ns(pid) for pid in freeze.tree(root))
+    while sum(freeze.cpu_ns(pid) for pid in freeze.tree(root)) < start + 100_000_000:
+        time.sleep(0.01)
+    return root
+
+
+def test_a_call_stopped_by_a_measurement_is_not_charged_the_time_it_was_stopped(batch, tmp_path):
+    # the call needs about 1 s of CPU and may take 2.5 s; the measurement stops it for 3 s in the middle
+    folder = _busy_masks(tmp_path / "sub", "end = time.process_time() + 1.0\n    while time.process_time() < end: pass")
+    outcome = {}
+    with Sandbox(folder, call_timeout=2.5) as sandbox:
+        sandbox.call("masks", "causal_mask", 2)  # started and ready (this call runs the loop too)
+        thread = _call_in_thread(sandbox, outcome)
+        root = _wait_until_busy(sandbox)
+        with batchlock.quiet(None) as freezes:
+            assert [f.root for f in freezes] == [root], "expected the call's process tree stopped mid-call"
+            time.sleep(3.0)
+        thread.join()
+    assert "error" not in outcome, f"expected the call to finish: its stopped time is not its own, got {outcome}"
+    assert outcome["value"].shape == (3, 3)
+
+
+def test_a_measurement_does_not_wait_for_a_neighbours_hanging_call(batch, tmp_path):
+    folder = _busy_masks(tmp_path / "sub", "while True: pass")
+    outcome = {}
+    with Sandbox(folder, call_timeout=120) as sandbox:
+        thread = _call_in_thread(sandbox, outcome)
+        root = _wait_until_busy(sandbox)
+        with batchlock.quiet(None) as freezes:
+            in_flight = thread.is_alive() and not outcome
+            stopped = [f.root for f in freezes]
+        sandbox.close()  # ends the hanging call
+        thread.join()
+    assert in_flight, f"expected the measurement to start while the hanging call was still in flight, got {outcome}"
+    assert stopped == [root], f"expected the hanging call's tree {root} stopped, stopped {stopped}"
+
+
+def test_a_measurement_stops_the_other_gradings_trusted_work(batch):
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        batchlock.register(busy.pid, "processes")
+        while freeze.cpu_ns(busy.pid) == 0:
+            time.sleep(0.01)
+        with batchlock.quiet(None) as freezes:
+            assert freezes == [], "a grading process is stopped, not vouched for as a student tree"
+            before = freeze.cpu_ns(busy.pid)
+            time.sleep(0.3)
+            during = freeze.cpu_ns(busy.pid) - before
+        assert during == 0, f"expected the other grading stopped, it used {during / 1e6:.1f} ms of CPU"
+        before = freeze.cpu_ns(busy.pid)
+        while freeze.cpu_ns(busy.pid) == before:  # resumed after the measurement
+            time.sleep(0.01)
+    finally:
+        busy.kill()
+        busy.wait()
+
+
+def test_deadlines_outside_a_batch_are_plain_wall_clock(monkeypatch):
+    monkeypatch.delenv(batchlock.ENV, raising=False)
+    deadline = batchlock.Deadline(0.0)
+    assert deadline.left() <= 0 and batchlock.paused_since(0.0) == 0.0

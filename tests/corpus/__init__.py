@@ -76,6 +76,7 @@ ATTACK_KINDS: tuple[str, ...] = (
     "memory-bomb",
     "fork-bomb",
     "disk-fill",  # files written until something stops them, each under the output limit
+    "host-resources",  # pseudo-terminals (host-wide) and file descriptors held beyond the process's share
     "patched-comparisons",  # torch.allclose, torch.equal, torch.testing.assert_close, numpy's comparisons
     "lying-objects",  # tensor subclasses and objects whose __eq__ is always true
     "fake-results-output",  # printing fake pytest or JSON results
