@@ -190,3 +190,32 @@ def test_deadlines_outside_a_batch_are_plain_wall_clock(monkeypatch):
     monkeypatch.delenv(batchlock.ENV, raising=False)
     deadline = batchlock.Deadline(0.0)
     assert deadline.left() <= 0 and batchlock.paused_since(0.0) == 0.0
+
+
+def test_a_grading_is_not_charged_the_time_a_measurement_kept_the_batch_stopped(batch):
+    # a grading allowed 1 s that takes 2 s, while a measurement keeps the batch stopped for 3 s of it
+    from autograder.engine import _in_time
+
+    entered = threading.Event()
+
+    def measurement():
+        with batchlock.quiet(None):
+            entered.set()
+            time.sleep(3.0)
+
+    holder = threading.Thread(target=measurement)
+    holder.start()
+    entered.wait()
+    grading = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)"])
+    try:
+        assert _in_time(grading.wait, 1.0) == 0
+    finally:
+        grading.kill()
+        holder.join()
+    with pytest.raises(subprocess.TimeoutExpired):  # and once nothing is stopped, the same limit holds
+        hang = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            _in_time(hang.wait, 1.0)
+        finally:
+            hang.kill()
+            hang.wait()
