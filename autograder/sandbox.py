@@ -310,6 +310,7 @@ class Sandbox:
         self._home = self._tmp / "home"
         self._log = self._tmp / "student-output.log"
         self._proc = None
+        self._kill_lock = threading.Lock()  # _kill: one thread ends a process
         self._guard = None  # the disk guard of the student process (autograder/diskguard.py), at some levels
         self._ready = False
         self._handles = itertools.count(1)
@@ -385,33 +386,37 @@ class Sandbox:
 
     def _kill(self):
         """End the student process and everything it started: its keeper (see _child.py) ends them all on
-        SIGTERM; the process group is killed outright if the keeper does not finish in time."""
-        if self._proc is None:
+        SIGTERM; the process group is killed outright if the keeper does not finish in time.
+
+        Safe from two threads at once (a caller closing the sandbox while a call in another thread fails
+        because of it): the process is taken under a lock, and only the thread that took it ends it."""
+        with self._kill_lock:
+            proc, self._proc = self._proc, None
+        if proc is None:
             return
         if self._guard is not None:
             self._guard.stop()
-        batchlock.unregister(self._proc.pid)
+        batchlock.unregister(proc.pid)
         try:
-            os.kill(self._proc.pid, signal.SIGTERM)
-            os.kill(self._proc.pid, signal.SIGCONT)  # a keeper stopped by a freeze (autograder/freeze.py) acts on it
-            self._proc.wait(timeout=3)
+            os.kill(proc.pid, signal.SIGTERM)
+            os.kill(proc.pid, signal.SIGCONT)  # a keeper stopped by a freeze (autograder/freeze.py) acts on it
+            proc.wait(timeout=3)
         except (OSError, subprocess.TimeoutExpired):  # no keeper yet, or one that does not finish
             try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
+                os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
             try:
-                self._proc.wait(timeout=5)
+                proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
-        for stream in (self._proc.stdin, self._proc.stdout):
+        for stream in (proc.stdin, proc.stdout):
             try:
                 stream.close()
             except OSError:
                 pass
-        if isinstance(self._proc, _Forked):
-            self._proc.close()
-        self._proc = None
+        if isinstance(proc, _Forked):
+            proc.close()
 
     def close(self):
         self._kill()

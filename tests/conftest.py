@@ -20,6 +20,27 @@ def reference_report():
 
 
 @pytest.fixture(scope="session")
+def warm_servers():
+    """The two fork servers of a class run (autograder.engine.WarmServers), shared by the session.
+
+    For the tests whose subject is what a grading finds (the corpus, blame), not how its processes start:
+    a grading through them takes ~1.5 s instead of ~8 s cold, and gives the same report
+    (tests/test_isolation.py compares both routes). The cold route keeps its own tests: reference_report
+    and template_report are graded cold, as `grader_cli.py grade` does, and tests/test_attacks.py grades
+    every case that could behave differently cold on both routes. None (cold gradings) where the servers
+    cannot start here."""
+    from autograder.engine import WarmServers
+
+    try:
+        servers = WarmServers()
+    except (OSError, RuntimeError):
+        yield None
+        return
+    with servers:
+        yield servers
+
+
+@pytest.fixture(scope="session")
 def template_report():
     """The untouched student template, graded once for the session."""
     return grade(TEMPLATE)

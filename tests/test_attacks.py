@@ -848,9 +848,22 @@ def test_every_corpus_case_is_graded_at_every_level(request):
 
 
 def _sleeper(*args):
-    """A process with `args` on its command line (as a student process's would be), until killed."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", *args],
+    """A process with `args` on its command line (as a student process's would be), until killed.
+
+    Returned once /proc shows that command line: Popen returns when the exec has begun, and for a moment
+    after it the new command line reads empty (the kernel sets it up later in the exec)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", *args],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    want = args[-1].encode() if args else b"time.sleep"
+    for _ in range(500):  # at most ~5 s: a guard, never a measure
+        try:
+            with open(f"/proc/{proc.pid}/cmdline", "rb") as fh:
+                if want in fh.read():
+                    break
+        except OSError:
+            break
+        time.sleep(0.01)
+    return proc
 
 
 def test_a_process_left_by_a_warm_or_cold_grading_is_a_survivor(tmp_path):

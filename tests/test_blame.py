@@ -75,14 +75,14 @@ def composed_submission(folder, bug=None, mha_bug=False):
     return folder
 
 
-def graded(folder):
-    report = grade(folder, call_timeout=10.0, select=SELECT)
+def graded(folder, servers):
+    report = grade(folder, call_timeout=10.0, select=SELECT, servers=servers)
     assert report.status == "graded", report.error
     return report
 
 
-def test_an_mha_built_from_correct_parts_scores_full_marks(tmp_path):
-    report = graded(composed_submission(tmp_path / "composed"))
+def test_an_mha_built_from_correct_parts_scores_full_marks(tmp_path, warm_servers):
+    report = graded(composed_submission(tmp_path / "composed"), warm_servers)
     failed = [f"{t.module}/{t.id}: {t.message[:200]}" for t in report.failed()]
     assert not failed, "expected full marks for an MHA built from the student's correct parts, got:\n" + "\n".join(failed)
     notes = [t.id for t in report.tests if t.status == "passed" and t.message]
@@ -90,8 +90,8 @@ def test_an_mha_built_from_correct_parts_scores_full_marks(tmp_path):
 
 
 @pytest.mark.parametrize("part", sorted(BUGS))
-def test_a_faulty_part_costs_points_in_its_own_module_only(tmp_path, part):
-    report = graded(composed_submission(tmp_path / part, bug=part))
+def test_a_faulty_part_costs_points_in_its_own_module_only(tmp_path, part, warm_servers):
+    report = graded(composed_submission(tmp_path / part, bug=part), warm_servers)
     modules = report.modules()
     earned, available = modules[part]
     assert earned < available, f"expected the planted bug in {part}.py to cost points there, got {earned}/{available}"
@@ -105,19 +105,19 @@ def test_a_faulty_part_costs_points_in_its_own_module_only(tmp_path, part):
         assert len(lines) == len(set(lines)), f"expected each note once, got {t.message!r}"
 
 
-def test_speed_is_graded_for_an_mha_that_inherits_a_fault(tmp_path):
+def test_speed_is_graded_for_an_mha_that_inherits_a_fault(tmp_path, warm_servers):
     """The timed passes of an MHA with a faulty attention are checked against the wiring with that part."""
     report = grade(composed_submission(tmp_path / "timed", bug="attention"), call_timeout=10.0,
-                   select="faster_than or close_to_reference")
+                   select="faster_than or close_to_reference", servers=warm_servers)
     speed = {t.id: t for t in report.tests}
     assert set(speed) == {"test_fused_faster_than_reference_stacked", "test_fused_close_to_reference_fused"}
     for t in speed.values():
         assert t.status == "passed" and "attention.py" in t.message, (t.id, t.status, t.message[:300])
 
 
-def test_an_mha_with_a_fault_of_its_own_still_loses_points(tmp_path):
+def test_an_mha_with_a_fault_of_its_own_still_loses_points(tmp_path, warm_servers):
     """A faulty part next to an MHA that is wrong by itself (no Wo): the MHA is not excused."""
-    report = graded(composed_submission(tmp_path / "both", bug="attention", mha_bug=True))
+    report = graded(composed_submission(tmp_path / "both", bug="attention", mha_bug=True), warm_servers)
     failed = {t.id for t in report.failed() if t.module == "mha"}
     assert {"test_fused_values", "test_fused_worked_example_seed_004"} <= failed, (
         f"expected the fused MHA without Wo to fail its value checks, failed: {sorted(failed)}")

@@ -20,16 +20,16 @@ from tests.corpus import load_corpus, materialize
 CORPUS = load_corpus()
 
 
-def graded(case, tmp_path):
-    report = grade(materialize(case, tmp_path / case.id, SOLUTIONS), call_timeout=5.0)
+def graded(case, tmp_path, servers):
+    report = grade(materialize(case, tmp_path / case.id, SOLUTIONS), call_timeout=5.0, servers=servers)
     assert report.status == "graded", report.error
     assert not [t for t in report.tests if t.grader_error], [t.message for t in report.tests if t.grader_error]
     return report
 
 
 @pytest.mark.parametrize("case", CORPUS["bug"] + CORPUS["hostile"], ids=lambda c: c.id)
-def test_planted_bug_loses_points_in_its_own_module_only(case, tmp_path):
-    report = graded(case, tmp_path)
+def test_planted_bug_loses_points_in_its_own_module_only(case, tmp_path, warm_servers):
+    report = graded(case, tmp_path, warm_servers)
     assert report.execution_time < 90, f"{case.id} took {report.execution_time:.0f} s to grade"
     modules = report.modules()
     earned, available = modules[case.module]
@@ -52,8 +52,8 @@ def likely_bugs(report):
 
 
 @pytest.mark.parametrize("case", CORPUS["alternative"], ids=lambda c: c.id)
-def test_correct_alternative_style_scores_100(case, tmp_path):
-    report = graded(case, tmp_path)
+def test_correct_alternative_style_scores_100(case, tmp_path, warm_servers):
+    report = graded(case, tmp_path, warm_servers)
     failed = [f"{t.module}/{t.id}: {t.message}" for t in report.failed()]
     assert not failed, f"{case.id} ({case.description}):\n" + "\n".join(failed)
     assert report.score == 100
