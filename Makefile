@@ -7,19 +7,24 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(subst =,-,$(TORCH))
 
-.PHONY: setup demo test release check-template bench clean help
+# The kit's own tests run in parallel, one pytest-xdist worker per core (at most 4): gradings wait on
+# student processes much of the time. TESTFLAGS= runs them in one process.
+TESTFLAGS ?= -n auto --maxprocesses=4 --dist worksteal
+
+.PHONY: setup demo test release check-template bench lock clean help
 
 help:
 	@echo "make demo    set up, then grade the reference solution and the example submissions"
 	@echo "make test    set up, then run the kit's whole test suite"
 	@echo "make release regenerate student_template/ from solutions/"
 	@echo "make bench   time the grading of one complete submission (median of 5)"
+	@echo "make lock    pin every installed package in requirements.lock (after changing requirements.txt)"
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt requirements.lock
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)" -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)" -r requirements.txt -c requirements.lock
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -30,7 +35,7 @@ demo: setup
 	done
 
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest $(TESTFLAGS)
 
 release: setup
 	$(PY) grader_cli.py release
@@ -40,6 +45,11 @@ check-template: setup
 
 bench: setup
 	$(PY) benchmarks/grading_time.py
+
+# after changing requirements.txt: pin every package the set-up installs (torch aside: the Makefile pins it)
+lock: setup
+	@{ sed -n 1,3p requirements.lock; $(PY) -m pip freeze --exclude torch; } > requirements.lock.new
+	@mv requirements.lock.new requirements.lock
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -2,7 +2,7 @@
 
 The zip holds, at its root, the two scripts Gradescope runs (`setup.sh` once,
 as root, when it builds the image; `run_autograder` for every submission) and
-the kit files that grading needs: `grader_cli.py`, `requirements.txt`,
+the kit files that grading needs: `grader_cli.py`, `requirements.txt` (and `requirements.lock`),
 `autograder/` and the reference `solutions/` (the zip is instructor-side, so
 students never see them). Two builds of the same tree are byte-identical.
 
@@ -57,7 +57,7 @@ if [ -n "$TORCH_INDEX_URL" ]; then
 else
   "${PIP[@]}" "torch==$TORCH_VERSION"
 fi
-"${PIP[@]}" -r "$ROOT/source/requirements.txt"
+"${PIP[@]}" -r "$ROOT/source/requirements.txt" -c "$ROOT/source/requirements.lock"  # every package pinned
 """
 
 RUN_AUTOGRADER = r"""#!/usr/bin/env bash
@@ -106,7 +106,8 @@ exit 1
 
 def kit_files(kit: Path = KIT) -> list[tuple[str, Path]]:
     """(name in the zip, path) of the kit files the grader needs at run time, sorted by name."""
-    paths = [kit / "grader_cli.py", kit / "requirements.txt", kit / "autograder" / "graders" / "pytest.ini"]
+    paths = [kit / "grader_cli.py", kit / "requirements.txt", kit / "requirements.lock",
+             kit / "autograder" / "graders" / "pytest.ini"]
     paths += [p for p in (kit / "autograder").rglob("*.py") if "__pycache__" not in p.parts]
     paths += list((kit / "solutions").glob("*.py"))
     return sorted((p.relative_to(kit).as_posix(), p) for p in paths)

@@ -25,8 +25,6 @@ import json
 import re
 from pathlib import Path
 
-import nbformat
-
 from autograder import MODULES
 from autograder.intake import MAX_FILE, NOTEBOOK_NAME, Refused, read_regular
 
@@ -320,6 +318,8 @@ def notebook_source(data: bytes, name: str) -> str:
         text = data.decode("utf-8")
         raw = json.loads(text)
         too_long = _empty_long_cells(raw)
+        import nbformat  # here, not at the top: importing it costs ~2 s, and most submissions hold no notebook
+
         nb = nbformat.reads(json.dumps(raw) if too_long else text, as_version=4)
     except Exception as exc:  # nbformat raises many kinds of errors on a broken file
         raise ValueError(f"{name} is not a readable notebook: {type(exc).__name__}: {str(exc)[:300]}") from None

@@ -103,20 +103,40 @@ def student_python(request):
     return request.getfixturevalue("readable_python")
 
 
-#: (case, level, route, seconds, grader peak MiB, outcome) of every attack case graded in this run (test_attacks)
+#: (case, level, route, seconds, grader peak MiB, outcome) of every attack case graded by this process's tests
+#: (test_attacks appends); each test's figures travel in its report (user_properties), so that the summary also
+#: has them when pytest-xdist's workers ran the tests
 ATTACK_FIGURES = []
+_FIGURES_SEEN = []  # every figure reported in this run, from this process or from a worker
+
+
+def _figures():
+    # the list test_attacks filled: its `from tests.conftest import` may be another copy of this module
+    return getattr(sys.modules.get("tests.conftest"), "ATTACK_FIGURES", None) or ATTACK_FIGURES
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    figures = _figures()
+    if figures:
+        report = outcome.get_result()
+        report.user_properties += [("attack_figure", tuple(f)) for f in figures]
+        figures.clear()
+
+
+def pytest_runtest_logreport(report):
+    _FIGURES_SEEN.extend(tuple(v) for k, v in report.user_properties if k == "attack_figure")
 
 
 def pytest_terminal_summary(terminalreporter):
     """The cost of each attack case, printed at the end of the run: what each hostile submission cost the
     trusted side (the bounds themselves are asserted by tests/test_attacks.py)."""
-    # the list test_attacks filled: its `from tests.conftest import` may be another copy of this module
-    figures = getattr(sys.modules.get("tests.conftest"), "ATTACK_FIGURES", None) or ATTACK_FIGURES
-    if not figures:
+    if not _FIGURES_SEEN:
         return
     tr = terminalreporter
     tr.section("attack corpus: grading time and the grader's peak memory, per case and level")
     tr.write_line(f"{'case':42} {'level':10} {'route':6} {'seconds':>7} {'peak MiB':>8}  outcome")
-    for case, level, route, seconds, peak, outcome in sorted(figures):
+    for case, level, route, seconds, peak, outcome in sorted(_FIGURES_SEEN, key=lambda f: f[:3]):
         peak = f"{peak:8.0f}" if peak is not None else f"{'-':>8}"
         tr.write_line(f"{case:42} {level:10} {route:6} {seconds:7.1f} {peak}  {outcome}")

@@ -282,7 +282,7 @@ def test_workflow_fetches_the_graders_from_the_private_kit(workflow):
     assert setup["with"]["python-version"] == "3.11" and setup["with"]["cache"] == "pip"
     scripts = "\n".join(s.get("run", "") for s in steps(workflow))
     assert "torch==2.13.0" in workflow["env"]["TORCH"] and '"$TORCH"' in scripts
-    assert '-r "$MHA_KIT/requirements.txt"' in scripts and 'mv .mha-kit "$RUNNER_TEMP/mha-kit"' in scripts
+    assert '-r "$MHA_KIT/requirements.txt" -c "$MHA_KIT/requirements.lock"' in scripts and 'mv .mha-kit "$RUNNER_TEMP/mha-kit"' in scripts
     upload = next(s for s in steps(workflow) if s.get("uses", "").startswith("actions/upload-artifact@"))
     assert "junit.xml" in upload["with"]["path"] and upload.get("if") == "always()"
 

@@ -90,7 +90,7 @@ def test_zip_holds_the_scripts_and_the_kit_files_only(autograder_zip):
         infos = zf.infolist()
     assert [i.filename for i in infos] == names
     assert len(set(names)) == len(names)
-    assert {n.split("/")[0] for n in names} == {*SCRIPTS, "grader_cli.py", "requirements.txt",
+    assert {n.split("/")[0] for n in names} == {*SCRIPTS, "grader_cli.py", "requirements.txt", "requirements.lock",
                                                 "autograder", "solutions"}
     for name in names:
         parts = name.split("/")
@@ -108,7 +108,7 @@ def test_zip_holds_the_scripts_and_the_kit_files_only(autograder_zip):
 
 def test_only_kit_sources_are_taken(tmp_path):
     kit = tmp_path / "kit"
-    for name in ("grader_cli.py", "requirements.txt", "autograder/__init__.py", "autograder/graders/pytest.ini",
+    for name in ("grader_cli.py", "requirements.txt", "requirements.lock", "autograder/__init__.py", "autograder/graders/pytest.ini",
                  "autograder/graders/test_x.py", "solutions/attention.py",
                  # none of these may go in:
                  "autograder/__pycache__/engine.cpython-311.pyc", "autograder/graders/__pycache__/x.py",
@@ -119,7 +119,8 @@ def test_only_kit_sources_are_taken(tmp_path):
         (kit / name).write_text("x = 1\n")
     names = build_zip(tmp_path / "a.zip", kit=kit)
     assert names == [*SCRIPTS, "autograder/__init__.py", "autograder/graders/pytest.ini",
-                     "autograder/graders/test_x.py", "grader_cli.py", "requirements.txt", "solutions/attention.py"]
+                     "autograder/graders/test_x.py", "grader_cli.py", "requirements.lock", "requirements.txt",
+                     "solutions/attention.py"]
 
 
 def test_two_builds_are_byte_identical(autograder_zip, tmp_path):
@@ -188,7 +189,7 @@ def test_setup_installs_pinned_cpu_torch_then_requirements(tmp_path):
     assert not [c for c in calls if c.startswith("apt-get")]  # python3 >= 3.11 with venv: nothing to install
     assert f"python3 -m venv {root}/venv" in calls
     installs = [c for c in calls if c.startswith(pip)]
-    assert installs == [f"{pip} torch==2.13.0 --index-url {CPU}", f"{pip} -r {root}/source/requirements.txt"]
+    assert installs == [f"{pip} torch==2.13.0 --index-url {CPU}", f"{pip} -r {root}/source/requirements.txt -c {root}/source/requirements.lock"]
 
 
 @pytest.mark.parametrize("how", ["env", "zip"])
@@ -206,7 +207,7 @@ def test_setup_on_old_python_installs_python311_and_honours_torch_env(tmp_path):
     assert f"python3.11 -m venv {root}/venv" in calls
     installs = [c for c in calls if c.startswith(pip)]
     assert installs == [f"{pip} torch==2.14.1 --index-url LOCAL-INDEX",
-                        f"{pip} -r {root}/source/requirements.txt"]
+                        f"{pip} -r {root}/source/requirements.txt -c {root}/source/requirements.lock"]
 
 
 def test_setup_defaults_given_to_build_zip(tmp_path):

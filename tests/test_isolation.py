@@ -67,10 +67,10 @@ def _python_under_tmp():
     tmp = "/tmp"  # the student process's private /tmp is always there
     paths = [sys.prefix, sys.base_prefix, sys.executable, *site.getsitepackages(), sysconfig.get_paths()["stdlib"]]
     firsts = set()
-    for path in paths:
-        real = os.path.realpath(path)
-        if real.startswith(tmp + os.sep):
-            firsts.add(real[len(tmp) + 1:].split(os.sep)[0])
+    for path in paths:  # as named and as resolved: a venv reached through a link is bound by both ways
+        for form in (os.path.abspath(path), os.path.realpath(path)):
+            if form.startswith(tmp + os.sep):
+                firsts.add(form[len(tmp) + 1:].split(os.sep)[0])
     return sorted(firsts)
 
 
