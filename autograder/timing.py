@@ -221,9 +221,9 @@ def time_student_block(remote, xs, root):
     meanwhile (a thread or process that worked and ended before it was seen), the time that
     thread spent runnable but waiting for a CPU (the kernel's run delay, /proc/.../schedstat) is taken
     off: that is the machine's load, not the module's cost. What is left is the thread's time on a CPU
-    plus any time it chose to wait (sleeping stays counted). A block that used other threads or processes
-    is not corrected, so work spread over them cannot be hidden; nor is one where the kernel gives no
-    schedstat (then the wall clock alone counts, as before).
+    plus any time it chose to wait (sleeping stays counted), and never less than that time on a CPU. A
+    block that used other threads or processes is not corrected, so work spread over them cannot be
+    hidden; nor is one where the kernel gives no schedstat (then the wall clock alone counts, as before).
     """
     pids = freeze.tree(root) if root is not None else []
     before, created = freeze.thread_times(pids), freeze.tasks_created()
@@ -234,8 +234,13 @@ def time_student_block(remote, xs, root):
     ran = [key for key, (cpu, _) in after.items() if cpu > before[key][0]]
     if len(ran) != 1:
         return seconds, outputs, 0.0
-    waited = (after[ran[0]][1] - before[ran[0]][1]) / 1e9 / len(xs)
-    waited = min(max(waited, 0.0), seconds)
+    key = ran[0]
+    on_cpu = (after[key][0] - before[key][0]) / 1e9 / len(xs)
+    waited = (after[key][1] - before[key][1]) / 1e9 / len(xs)
+    # never below the thread's own time on a CPU: the kernel adds a wait to the run delay when the wait ends,
+    # so a wait that began before the block (the thread still queued after its last answer, on a loaded
+    # machine) can be counted in it; taken off whole, it left a block of 0 s (a division by zero)
+    waited = min(max(waited, 0.0), max(seconds - on_cpu, 0.0))
     return seconds - waited, outputs, waited
 
 

@@ -253,6 +253,18 @@ def _corpus_tests() -> str:
     return " or ".join(graders + list(HARNESS))
 
 
+def _failures(stdout: str, limit: int = 12000) -> str:
+    """What a pytest run printed of its failures (the FAILURES section and the short summary), else its tail."""
+    start = stdout.find("= FAILURES =")
+    if start < 0:
+        return stdout[-6000:]
+    start = stdout.rfind("\n", 0, start) + 1
+    end = stdout.find("= attack corpus:", start)
+    section = stdout[start:end if end > 0 else None]
+    summary = stdout[stdout.find("short test summary info"):] if "short test summary info" in stdout else ""
+    return section[:limit] + ("\n[...]\n" if len(section) > limit else "\n") + summary[-3000:]
+
+
 def _expected_corpus_outcomes():
     """(passed, xfailed): what the unprivileged run must report at one level, counted from the corpus."""
     from tests.corpus import load_attacks
@@ -277,7 +289,7 @@ def test_the_attack_corpus_earns_nothing_and_leaks_nothing_as_an_unprivileged_us
                           env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
                                "LANG": "C.UTF-8", "MHA_ATTACKS_ISOLATION": level})
     summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-500:]
-    assert proc.returncode == 0, f"at {level} as uid {SPARE_UID}: {summary}\n{proc.stdout[-6000:]}"
+    assert proc.returncode == 0, f"at {level} as uid {SPARE_UID}: {summary}\n{_failures(proc.stdout)}"
     passed, xfailed = _expected_corpus_outcomes()
     got = {kind: int(n) for n, kind in re.findall(r"(\d+) (passed|failed|skipped|xfailed|xpassed|errors?)\b", summary)}
     expected = {"passed": passed, **({"xfailed": xfailed} if xfailed else {})}

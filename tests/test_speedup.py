@@ -206,3 +206,27 @@ def test_only_the_run_delay_of_a_block_run_by_one_thread_is_taken_off(tmp_path, 
         assert waited > 0, "expected the time the block waited behind the busy loop taken off"
     else:
         assert waited == 0, "expected a block that used two threads timed by the wall clock alone"
+
+
+def test_a_run_delay_longer_than_the_block_leaves_the_threads_time_on_a_cpu(monkeypatch):
+    """The kernel counts a wait in the run delay when it ends, so a wait that began before the block (the
+    student thread still queued after its last answer, on a loaded machine) can exceed the block itself:
+    what is taken off never leaves less than the thread's own time on a CPU (it left 0 s: a division by
+    zero in the speedup)."""
+    import time
+
+    from autograder import freeze
+
+    class Remote:  # a block of 4 passes that takes 30 ms by the wall clock
+        def time(self, xs, discard=False):
+            time.sleep(0.03)
+            return ["out"] * len(xs)
+
+    readings = iter([{(1, 1): (0, 0)}, {(1, 1): (int(2e6) * 4, int(50e6) * 4)}])  # 2 ms on a CPU, 50 ms queued
+    monkeypatch.setattr(freeze, "tree", lambda root: [1])
+    monkeypatch.setattr(freeze, "thread_times", lambda pids: next(readings))
+    monkeypatch.setattr(freeze, "tasks_created", lambda: 7)
+    seconds, outputs, waited = timing.time_student_block(Remote(), [0, 1, 2, 3], root=1)
+    assert len(outputs) == 4
+    assert seconds >= 0.002, f"expected at least the thread's 2 ms on a CPU per pass to count, got {seconds * 1e3:.3f} ms"
+    assert waited >= 0
