@@ -14,7 +14,9 @@ import click
 
 EXIT_OK, EXIT_BELOW_MIN, EXIT_CANNOT_RUN = 0, 1, 2
 from autograder import LEVELS  # noqa: E402  (the package's __init__ imports nothing)
-FORMATS = ["text", "json", "gradescope", "markdown", "html", "junit", "classroom"]
+from autograder import formats as _formats  # noqa: E402  (stdlib only: the report model and its formats)
+from autograder.formats import render as render_report  # noqa: E402
+FORMATS = list(_formats.FORMATS)  # autograder/formats.py: the one registry of formats
 FORMAT_HELP = ("text: a readable report; json: all data for other tools; gradescope: results.json per "
                "Gradescope's autograder specification; markdown, html: feedback for the student (html with "
                "heatmaps of their attention weights); junit: JUnit XML for CI test reports; classroom: the "
@@ -200,15 +202,15 @@ def grade(path, fmt, output, min_score, call_timeout, submission_timeout, timeou
         if fmt != "text":  # CI formats still get a file: nothing to grade, and why
             empty = GradeReport(submission=submission_id(path), status="empty",
                                 error=f"no student work found: {exc}")
-            _write(empty, empty.render(fmt), output)
+            _write(empty, render_report(empty, fmt), output)
         sys.exit(EXIT_CANNOT_RUN)
     except GraderUnavailable as exc:
         click.echo(f"error: the grader cannot run student code here: {safe_text(exc, '  ')}", err=True)
         if fmt != "text":  # CI formats still get a file, that says error
             failed = GradeReport(submission=submission_id(path), status="error", error=str(exc), grader_failure=True)
-            _write(failed, failed.render(fmt), output)
+            _write(failed, render_report(failed, fmt), output)
         sys.exit(EXIT_CANNOT_RUN)
-    _write(report, report.render(fmt), output)
+    _write(report, render_report(report, fmt), output)
     if fmt != "text" and report.isolation_note():
         click.echo(report.isolation_note(), err=True)
     if report.status != "graded":
@@ -244,7 +246,7 @@ def render(report_json, fmt, output):
         click.echo(f"error: {report_json} is not a report written by `grade --format json`: {safe_line(exc)}",
                    err=True)
         sys.exit(EXIT_CANNOT_RUN)
-    _write(report, report.render(fmt), output)
+    _write(report, render_report(report, fmt), output)
 
 
 @cli.command(short_help="Run the students' public self-check.")

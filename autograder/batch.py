@@ -41,7 +41,7 @@ from pathlib import Path
 
 from autograder import MODULES, batchlock, intake
 from autograder.engine import SubmissionError, WarmServers, grade
-from autograder.feedback import to_html, to_markdown
+from autograder.formats import render
 from autograder.results import GradeReport, csv_cell, csv_value, safe_line
 from autograder.sandbox import GraderUnavailable
 from autograder.scoring import fmt
@@ -298,9 +298,9 @@ def _write_report(report, sub_id, out, start, stopped=None):
     report.submission = sub_id
     folder = output_folder(out, sub_id)
     folder.mkdir(parents=True, exist_ok=True)
-    _write_atomic(folder / "results.json", report.render("gradescope") + "\n")
-    _write_atomic(folder / "feedback.md", to_markdown(report))
-    _write_atomic(folder / "feedback.html", to_html(report))
+    _write_atomic(folder / "results.json", render(report, "gradescope") + "\n")
+    _write_atomic(folder / "feedback.md", render(report, "markdown"))
+    _write_atomic(folder / "feedback.html", render(report, "html"))
     return row_from_report(report, time.monotonic() - start)
 
 

@@ -189,7 +189,7 @@ class WarmServers:
         from autograder.forkserver import Server
         from autograder.sandbox import _child_env
 
-        self.grader = Server("grader", env=grader_env())
+        self.grader = Server("grader", env=grader_env(), preload=GRADER_PRELOAD)
         self._home = tempfile.mkdtemp(prefix="mha-zygote-home-")  # the student processes' HOME: removed at close
         try:
             self.zygote = Server("student", env=_child_env(self._home), isolated=True,
@@ -210,6 +210,11 @@ class WarmServers:
     def __exit__(self, *exc):
         self.close()
 
+
+#: What the warm grader server imports once, so that no grading pays for it: torch, the pytest plugin, the
+#: checks and diagnoses, the graders' helpers, the timing and the reference solution.
+GRADER_PRELOAD = ("torch", "autograder.plugin", "autograder.checks", "autograder.diagnose",
+                  "autograder.graders.common", "autograder.timing", "solutions")
 
 GRADER_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
               "VIRTUAL_ENV", "MHA_REFUSE", "MHA_BATCH_DIR")

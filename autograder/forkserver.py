@@ -8,9 +8,13 @@ process. `grade-all` instead starts two warm servers once per run:
   torch and nothing else (no kit code, no reference, no grader); each student
   process is a fork of it that confines itself (autograder/_child.py) before
   it imports student code;
-* the grader server (`python forkserver.py grader ADDR`) has imported pytest,
-  torch, the plugin, the checks and the reference; each grading is a fork of
+* the grader server (`python forkserver.py grader ADDR MODULE...`) has
+  imported pytest and the modules its owner named (autograder.engine names
+  torch, the plugin, the checks and the reference); each grading is a fork of
   it that runs the hidden graders on one submission.
+
+This module knows no other module of the kit: what a server holds warm is
+its owner's choice, so the import graph runs one way (engine -> forkserver).
 
 A request is one message on a Unix SOCK_SEQPACKET connection: JSON, plus
 file descriptors passed with SCM_RIGHTS. The server forks; the fork calls
@@ -154,12 +158,14 @@ class Worker:
 class Server:
     """A running fork server, owned by this process (a context manager)."""
 
-    def __init__(self, kind, *, python=sys.executable, env=None, isolated=False, start_timeout=120.0):
+    def __init__(self, kind, *, python=sys.executable, env=None, isolated=False, start_timeout=120.0, preload=()):
+        """`preload`: for a grader server, the modules it imports once (by name, from the kit's root)."""
         self._dir = tempfile.mkdtemp(prefix=f"mha-{kind}-server-")
         os.chmod(self._dir, 0o700)
         self.address = os.path.join(self._dir, "socket")
         flags = ["-I"] if isolated else []
-        self._proc = subprocess.Popen([python, *flags, str(Path(__file__).resolve()), kind, self.address],
+        self._proc = subprocess.Popen([python, *flags, str(Path(__file__).resolve()), kind, self.address,
+                                       *preload],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                       start_new_session=True)
         deadline = time.monotonic() + start_timeout
@@ -201,16 +207,13 @@ def _student_handler():
     return child.forked
 
 
-def _grader_handler():
-    import pytest
-    import torch  # noqa: F401  (imported once here, not once per grading)
+def _grader_handler(preload):
+    import importlib
 
-    import autograder.plugin  # noqa: F401
-    import autograder.checks  # noqa: F401
-    import autograder.diagnose  # noqa: F401
-    import autograder.graders.common  # noqa: F401
-    import autograder.timing  # noqa: F401
-    import solutions  # noqa: F401
+    import pytest
+
+    for name in preload:  # imported once here, not once per grading
+        importlib.import_module(name)
 
     def run(request, fds):
         os.chdir(request["cwd"])
@@ -223,9 +226,9 @@ def _grader_handler():
 
 
 if __name__ == "__main__":
-    kind, address = sys.argv[1], sys.argv[2]
+    kind, address, preload = sys.argv[1], sys.argv[2], sys.argv[3:]
     if kind == "grader":  # the kit's root, not this file's folder, is where imports start
         sys.path[0] = str(Path(__file__).resolve().parent.parent)
-    handler = {"student": _student_handler, "grader": _grader_handler}[kind]()
+    handler = _grader_handler(preload) if kind == "grader" else _student_handler()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when to stop
     serve(address, handler)

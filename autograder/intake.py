@@ -63,6 +63,7 @@ import zipfile
 from pathlib import Path
 
 from autograder import MODULES
+from autograder.notebooks import NOTEBOOK_NAME, notebook_source
 
 #: The largest file taken, by suffix: a module, a notebook (its embedded plots included).
 MAX_FILE = {".py": 8 << 20, ".ipynb": 32 << 20}
@@ -84,8 +85,6 @@ MAX_NOTES = 20
 #: What a submission is, as a message says it.
 EXPECTED = (f"your modules ({', '.join(f'{m}.py' for m in MODULES)}, or the notebooks 01_{MODULES[0]}.ipynb ... "
             f"{len(MODULES):02d}_{MODULES[-1]}.ipynb)")
-#: Notebook names: `01_attention.ipynb`, `attention.ipynb`, `1-attention.ipynb`.
-NOTEBOOK_NAME = re.compile(r"^(?:\d+[_-])?(?P<module>[a-z]+)$")
 #: What a link's note adds: a link is never followed, wherever it points (into the submission or not).
 LINK_HINT = " (submit the file itself, not a link to it)"
 #: The same for a link whose name is no module's: it may stand for a folder (never entered) as well as a file.
@@ -469,8 +468,6 @@ def form_digest(name, data: bytes) -> str | None:
     """The code digest of one form of a module: a .py file's code, or the code a notebook is graded on
     (autograder.notebooks: its imports, functions, classes and constants). None when it cannot be read."""
     if str(name).lower().endswith(".ipynb"):
-        from autograder.notebooks import notebook_source  # nbformat, on the trusted side only
-
         try:
             return code_digest(notebook_source(data, Path(str(name)).name))
         except ValueError:
@@ -642,3 +639,14 @@ def _read_entry(zf, info, limit) -> bytes:
             total += len(chunk)
             if total > limit:
                 raise Refused(info.filename)
+
+
+def notebook_file_to_source(path: Path) -> str:
+    """Read a notebook file and return its module source (autograder.notebooks); ValueError when it is not a
+    notebook, or not a regular file within its size limit (a link, a FIFO)."""
+    path = Path(path)
+    try:
+        data = read_regular(path, MAX_FILE[".ipynb"], path.name)
+    except Refused as exc:
+        raise ValueError(str(exc)) from None
+    return notebook_source(data, path.name)

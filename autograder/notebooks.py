@@ -26,8 +26,9 @@ import re
 from pathlib import Path
 
 from autograder import MODULES
-from autograder.intake import MAX_FILE, NOTEBOOK_NAME, Refused, read_regular
 
+#: A notebook's name without its suffix, lower-cased: `01_attention`, `attention` -> the module `attention`.
+NOTEBOOK_NAME = re.compile(r"^(?:\d+[_-])?(?P<module>[a-z]+)$")
 _NAME = NOTEBOOK_NAME
 _KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 # Packages that only draw or display: their imports are left out with the plots that use them.
@@ -300,17 +301,6 @@ def _empty_long_cells(raw) -> set[int]:
     return found
 
 
-def notebook_file_to_source(path: Path) -> str:
-    """Read a notebook file and return its module source; ValueError when it is not a notebook, or not a
-    regular file within its size limit (a link, a FIFO: see autograder.intake)."""
-    path = Path(path)
-    try:
-        data = read_regular(path, MAX_FILE[".ipynb"], path.name)
-    except Refused as exc:
-        raise ValueError(str(exc)) from None
-    return notebook_source(data, path.name)
-
-
 def notebook_source(data: bytes, name: str) -> str:
     """The module source of the notebook file `name` whose bytes are `data`; ValueError when it is not a
     notebook."""
@@ -327,32 +317,3 @@ def notebook_source(data: bytes, name: str) -> str:
         return notebook_to_source(nb, module_of(name) or Path(name).stem, name, too_long=too_long)
     except (Exception, RecursionError, MemoryError) as exc:  # a notebook of an unexpected shape: its module only
         raise ValueError(f"{name} could not be read as a notebook: {type(exc).__name__}") from None
-
-
-def notebooks_in(folder: Path) -> dict[str, Path]:
-    """module -> notebook for the contract modules that `folder` has as notebooks (by name: a link or a FIFO
-    of that name is listed too, and refused when read, so that the report can say why)."""
-    found = {}
-    for nb_path in sorted(Path(folder).glob("*.ipynb")):
-        if not nb_path.is_symlink() and nb_path.is_dir():
-            continue
-        module = module_of(nb_path)
-        if module and module not in found:
-            found[module] = nb_path
-    return found
-
-
-def write_module(nb_path: Path, dest: Path) -> Path:
-    """Write the module of the notebook `nb_path` into the folder `dest`.
-
-    A notebook that cannot be read becomes a module that raises ImportError
-    saying so, which costs exactly the checks of that module.
-    """
-    module = module_of(nb_path) or Path(nb_path).stem
-    try:
-        source = notebook_file_to_source(nb_path)
-    except ValueError as exc:
-        source = f"raise ImportError({str(exc)!r})\n"
-    target = Path(dest) / f"{module}.py"
-    target.write_text(source)
-    return target

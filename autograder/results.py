@@ -339,20 +339,3 @@ class GradeReport:
         return (f"Note: student code ran at the {self.isolation} isolation level, not in Linux namespaces; "
                 "resource limits applied, and results are written by the grader only. "
                 "--require-isolation LEVEL refuses to grade below a level.")
-
-    def render(self, fmt):
-        if fmt == "text":
-            return self.to_text()
-        if fmt == "json":
-            return json.dumps(self.to_dict(), indent=2)
-        if fmt == "gradescope":
-            return json.dumps(self.to_gradescope(), indent=2)
-        if fmt in ("markdown", "html"):
-            from autograder import feedback
-
-            return feedback.to_markdown(self) if fmt == "markdown" else feedback.to_html(self)
-        if fmt in ("junit", "classroom"):
-            from autograder import ci_formats
-
-            return ci_formats.to_junit(self) if fmt == "junit" else ci_formats.to_classroom(self)
-        raise ValueError(f"unknown format {fmt!r}")

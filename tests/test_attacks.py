@@ -100,6 +100,7 @@ import pytest
 from autograder import batch as batch_module
 from autograder import sandbox as sandbox_module
 from autograder.engine import SubmissionError, WarmServers, grade
+from autograder.formats import render
 from tests.conftest import ATTACK_FIGURES, ROOT, SOLUTIONS, TEMPLATE
 from tests.corpus import ATTACK_KINDS, MODULES, NEEDS, CorpusError, PatchError, load_attacks, materialize
 
@@ -414,7 +415,7 @@ def visible_outputs(report) -> dict[str, str]:
         out[f"message of {t.module}/{t.id}"] = t.message
     for fmt in FORMATS:
         try:
-            text = report.render(fmt)
+            text = render(report, fmt)
         except ValueError:  # a format this engine does not have
             continue
         if fmt in ("json", "gradescope"):

@@ -20,6 +20,7 @@ import yaml
 from autograder.ci_formats import (CLASSROOM_MAX_CHARS, classroom_scores, report_from_dict, to_classroom,
                                    to_junit)
 from autograder.results import GradeReport
+from autograder.formats import render
 from autograder.results import TestResult as Result
 from tests.conftest import MODULES, ROOT
 
@@ -360,29 +361,29 @@ def figures_in_every_format(report):
 
     D = (lambda x: Decimal(str(x)))
     out = {}
-    text = report.render("text")
+    text = render(report, "text")
     mods = {m: (D(a), D(b)) for m, a, b in re.findall(r"^  (\w+)\s+([\d.]+) / ([\d.]+)", text, re.M)}
     out["text"] = (D(re.search(r"^Total: ([\d.]+)/100", text, re.M).group(1)), mods)
-    data = json.loads(report.render("json"))
+    data = json.loads(render(report, "json"))
     out["json"] = (D(data["score"]), {m: (D(v["score"]), D(v["max_score"])) for m, v in data["modules"].items()})
     assert sum(D(t["score"]) for t in data["tests"]) == D(data["score"]), "json: checks do not add up"
-    gs = json.loads(report.render("gradescope"))
+    gs = json.loads(render(report, "gradescope"))
     by_tag = {}
     for t in gs["tests"]:
         earned, top = by_tag.get(t["tags"][0], (Decimal(0), Decimal(0)))
         by_tag[t["tags"][0]] = (earned + D(t["score"]), top + D(t["max_score"]))
     assert sum(e for e, _ in by_tag.values()) == D(gs["score"]), "gradescope: tests do not add up to the score"
     out["gradescope"] = (D(gs["score"]), by_tag)
-    root = ET.fromstring(report.render("junit").encode())
+    root = ET.fromstring(render(report, "junit").encode())
     suites = {s.get("name"): (D(s.get("points")), D(s.get("max_points"))) for s in root.findall("testsuite")}
     for s in root.findall("testsuite"):
         cases = [{p.get("name"): p.get("value") for p in c.find("properties")} for c in s.findall("testcase")]
         assert sum(D(c["score"]) for c in cases) == D(s.get("points")), f"junit: {s.get('name')} does not add up"
     out["junit"] = (D(root.get("score")), suites)
-    md = report.render("markdown")
+    md = render(report, "markdown")
     out["markdown"] = (D(re.search(r"Total: ([\d.]+)/100", md).group(1)),
                        {m: (D(a), D(b)) for m, a, b in re.findall(r"^\| (\w+) \| ([\d.]+) / ([\d.]+) \|$", md, re.M)})
-    page = report.render("html")
+    page = render(report, "html")
     out["html"] = (D(re.search(r"Total: ([\d.]+)/100", page).group(1)),
                    {m: (D(a), D(b))
                     for m, a, b in re.findall(r"<td>(\w+)</td><td[^>]*>([\d.]+) / ([\d.]+)</td>", page)})
@@ -412,8 +413,8 @@ def test_the_same_figures_in_every_format():
     assert sum(t["score"] for t in classroom["tests"]) == int(expected[0].quantize(Decimal(1), ROUND_HALF_UP))
     note = "5 CUDA points not graded on this machine; they count as the other checks of their module"
     for fmt_name in ("text", "markdown", "html", "gradescope"):
-        assert note in report.render(fmt_name), f"{fmt_name} does not state the points not graded"
-    assert json.loads(report.render("json"))["not_graded"]["points"] == 5
+        assert note in render(report, fmt_name), f"{fmt_name} does not state the points not graded"
+    assert json.loads(render(report, "json"))["not_graded"]["points"] == 5
 
 
 def test_nothing_to_grade_says_so_in_every_format_without_contradiction():
@@ -421,15 +422,15 @@ def test_nothing_to_grade_says_so_in_every_format_without_contradiction():
     module table of 0/0, never "Every check passed"."""
     report = GradeReport(submission="erin.zip", status="empty",
                          error="no student work found: cannot read the zip erin.zip: File is not a zip file")
-    text = report.render("text")
+    text = render(report, "text")
     assert "NOTHING TO GRADE: no student work found" in text and "Total: 0/100 (nothing to grade" in text
     assert " / 0" not in text and "passed" not in text.lower()
-    data = json.loads(report.render("json"))
+    data = json.loads(render(report, "json"))
     assert (data["status"], data["score"]) == ("empty", 0)
-    gs = json.loads(report.render("gradescope"))
+    gs = json.loads(render(report, "gradescope"))
     assert gs["score"] == 0 and gs["output"].startswith("Nothing to grade: no student work found: cannot read")
     assert gs["extra_data"] == {"status": "empty"} and "Autograder failure" not in gs["output"]
-    root = ET.fromstring(report.render("junit").encode())
+    root = ET.fromstring(render(report, "junit").encode())
     assert root.get("score") == "0" and root.get("status") == "empty"
     assert root.find("testsuite[@name='grading']/testcase/failure").get("type") == "empty"
 
@@ -438,15 +439,15 @@ def test_nothing_to_grade_feedback_does_not_contradict_itself():
     report = GradeReport(submission="erin.zip", status="empty",
                          error="no student work found: cannot read the zip erin.zip: File is not a zip file")
     for fmt_name in ("markdown", "html"):
-        page = report.render(fmt_name)
+        page = render(report, fmt_name)
         assert "Every check passed" not in page and "0 / 0" not in page, fmt_name
 
 
 def test_a_grading_that_did_not_complete_has_no_score_in_any_format():
     report = GradeReport(submission="s", status="error", grader_failure=True, error="the student process cannot start")
-    assert json.loads(report.render("json"))["score"] is None
-    assert "no score" in report.render("text") and "0/100" not in report.render("text")
-    gs = json.loads(report.render("gradescope"))
+    assert json.loads(render(report, "json"))["score"] is None
+    assert "no score" in render(report, "text") and "0/100" not in render(report, "text")
+    gs = json.loads(render(report, "gradescope"))
     assert gs["output"].startswith("Autograder failure, not a grade: the student process cannot start")
     assert "not a problem with the submission" in gs["output"] and gs["extra_data"] == {"status": "error"}
     assert parse_junit(report).get("score") is None

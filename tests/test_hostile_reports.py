@@ -29,6 +29,7 @@ from click.testing import CliRunner
 from autograder import batch
 from autograder.ci_formats import report_from_dict, to_classroom, to_junit
 from autograder.engine import grade
+from autograder.formats import render
 from autograder.feedback import _cost, to_html, to_markdown
 from autograder.results import PRINTED_TAIL, PRINTED_TITLE, GradeReport, csv_cell, csv_value, safe_line, safe_text
 from autograder.results import TestResult as Result
@@ -122,7 +123,7 @@ def test_csv_cell_never_starts_a_formula_and_reads_back(value):
 @pytest.mark.parametrize("status", ["graded", "timeout", "error", "grader_failure"])
 def test_text_report_lines_at_column_0_are_the_graders_own(status):
     report = hostile_report(status)
-    text = report.render("text")
+    text = render(report, "text")
     assert not raw_controls(text), f"expected no raw control characters, got {raw_controls(text)}: {text!r}"
     foreign = [ln for ln in text.splitlines() if ln and not ln[0].isspace() and not ln.startswith(GRADER_LINES)]
     assert not foreign, f"expected only the grader's own lines at column 0, got {foreign}"
@@ -139,7 +140,7 @@ def test_text_report_lines_at_column_0_are_the_graders_own(status):
 
 def test_text_report_indents_every_line_of_a_message():
     report = hostile_report()
-    text = report.render("text")
+    text = render(report, "text")
     message = safe_text(report.tests[0].message.rstrip("\n"))
     block = "\n".join(STUDENT_LINE_INDENT + ln for ln in message.split("\n"))
     assert block in text, f"expected the message with each line indented:\n{block}\nin:\n{text}"
@@ -194,7 +195,7 @@ def test_junit_carries_no_control_characters():
 
 def test_gradescope_output_is_plain_text_with_controls_escaped():
     for status in ("graded", "timeout", "grader_failure"):
-        data = json.loads(hostile_report(status).render("gradescope"))
+        data = json.loads(render(hostile_report(status), "gradescope"))
         assert (data["output_format"], data["test_output_format"], data["test_name_format"]) == ("text",) * 3
         for value in [data["output"], *(t["output"] for t in data["tests"]), *(t["name"] for t in data["tests"])]:
             assert not raw_controls(value), (status, value)
@@ -212,13 +213,13 @@ def test_classroom_messages_carry_no_control_characters_and_the_logged_one_is_on
 def test_json_keeps_the_data_and_renders_safely_again():
     """--format json is data (ASCII-escaped JSON): the message as it came back; `render` escapes it again."""
     report = hostile_report()
-    text = report.render("json")
+    text = render(report, "json")
     assert not raw_controls(text, allowed="\n")
     again = report_from_dict(json.loads(text))
     assert again.tests[0].message == report.tests[0].message and again.submission == HOSTILE_ID
     for fmt in ("text", "markdown", "html", "junit", "gradescope"):
-        rendered = again.render(fmt)
-        assert rendered == report.render(fmt) and not raw_controls(rendered, allowed="\n\t"), fmt
+        rendered = render(again, fmt)
+        assert rendered == render(report, fmt) and not raw_controls(rendered, allowed="\n\t"), fmt
 
 
 # -- printed output (issue 13) --------------------------------------------------------------------------
@@ -257,7 +258,7 @@ class Headings(HTMLParser):
 
 def test_printed_output_cannot_forge_a_line_of_the_text_report():
     report = printed_report(PRINTED_FORGERY)
-    text = report.render("text")
+    text = render(report, "text")
     assert not raw_controls(text), raw_controls(text)
     foreign = [ln for ln in text.splitlines() if ln and not ln[0].isspace() and not ln.startswith(GRADER_LINES)]
     assert not foreign, f"expected only the grader's own lines at column 0, got {foreign}"
@@ -269,14 +270,14 @@ def test_printed_output_cannot_forge_a_line_of_the_text_report():
 def test_printed_output_is_shown_whole_with_each_line_indented_in_the_text_report():
     report = printed_report(PRINTED_FORGERY)
     block = "\n".join(STUDENT_LINE_INDENT + ln for ln in safe_text(report.printed()).split("\n"))
-    assert f"{PRINTED_TITLE}:\n{block}\n" in report.render("text")
+    assert f"{PRINTED_TITLE}:\n{block}\n" in render(report, "text")
 
 
 @pytest.mark.parametrize("fmt", ["text", "json", "markdown", "html", "gradescope"])
 def test_printed_output_is_cut_to_its_last_characters_in_every_format(fmt):
     """Whatever length came in (here 3 times the bound): its end is shown, and no more than the bound."""
     report = printed_report("the start\n" + "A" * (3 * PRINTED_TAIL) + "\nthe end")
-    text = report.render(fmt)
+    text = render(report, fmt)
     if fmt in ("json", "gradescope"):
         data = json.loads(text)
         text = data["output"] if fmt == "gradescope" else data["student_output"]
@@ -305,7 +306,7 @@ def test_printed_output_is_escaped_in_html():
 
 def test_printed_output_in_gradescope_is_indented_plain_text():
     report = printed_report(PRINTED_FORGERY)
-    output = json.loads(report.render("gradescope"))["output"]
+    output = json.loads(render(report, "gradescope"))["output"]
     assert not raw_controls(output), raw_controls(output)
     lines = output.split("\n")
     start = lines.index(f"{PRINTED_TITLE}:")
@@ -385,7 +386,7 @@ def test_forged_report_earns_nothing_and_renders_as_the_students_text(forged):
     messages = [t.message for t in forged.failed() if t.module == "masks"]
     assert messages and any(ESC in m and "\nTotal: 100/100" in m for m in messages), \
         "expected the attack's escapes in the raw messages (else this test proves nothing)"
-    text = forged.render("text")
+    text = render(forged, "text")
     assert not raw_controls(text), raw_controls(text)
     totals = [ln for ln in text.splitlines() if ln.startswith("Total")]
     assert totals == [forged.summary_line()] and forged.score < 100, totals
@@ -393,9 +394,9 @@ def test_forged_report_earns_nothing_and_renders_as_the_students_text(forged):
     assert not foreign, foreign
     assert "\\x1b[8m" in text and "\\x1b]8;;https://evil.example" in text
     for fmt in ("markdown", "html", "gradescope", "junit"):
-        rendered = forged.render(fmt)
+        rendered = render(forged, fmt)
         assert not raw_controls(rendered), (fmt, raw_controls(rendered))
-    tokens = list(walk(markdown_tokens(forged.render("markdown"))))
+    tokens = list(walk(markdown_tokens(render(forged, "markdown"))))
     assert not {t["type"] for t in tokens} & {"inline_html", "block_html", "link", "image"}
     row = batch.Row(forged.submission, forged.score, {m: e for m, (e, _) in forged.modules().items()}, "graded", 1.0,
                     forged.failed()[0].message.splitlines()[0], forged.isolation)

@@ -167,7 +167,7 @@ def test_a_symlinked_notebook_is_not_read(tmp_path):
     assert "mha.py" not in files, f"expected no mha.py made from the linked notebook, got {files}"
     assert notes.get("04_mha.ipynb", "").startswith("04_mha.ipynb is a symbolic link"), notes
     assert missing.get("mha", "").startswith("04_mha.ipynb is a symbolic link"), missing
-    from autograder.notebooks import notebook_file_to_source
+    from autograder.intake import notebook_file_to_source
 
     with pytest.raises(ValueError, match="symbolic link"):
         notebook_file_to_source(folder / "04_mha.ipynb")

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from autograder.engine import GRADERS, grade
+from autograder.formats import render
 from autograder.scoring import nothing_to_grade
 from tests.conftest import MODULES, ROOT
 from tests.test_ci_formats import figures_in_every_format
@@ -68,7 +69,7 @@ def test_the_untouched_template_is_empty_not_a_real_0(template_report):
     assert template_report.error == ("no student work found: every function still raises NotImplementedError: "
                                      "the untouched template")
     assert template_report.has_score and template_report.score == 0
-    assert "NOTHING TO GRADE" in template_report.render("text")
+    assert "NOTHING TO GRADE" in render(template_report, "text")
 
 
 def _check(module, status, message):
@@ -99,7 +100,7 @@ def test_template_and_reference_run_the_same_checks(reference_report, template_r
 
 
 def test_gradescope_format(reference_report):
-    data = json.loads(reference_report.render("gradescope"))
+    data = json.loads(render(reference_report, "gradescope"))
     assert data["score"] == 100 and data["execution_time"] > 0
     assert "max_score" not in data
     for test in data["tests"]:
@@ -111,7 +112,7 @@ def test_gradescope_format(reference_report):
 
 
 def test_text_report_lists_modules_and_total(template_report):
-    text = template_report.render("text")
+    text = render(template_report, "text")
     for module in MODULES:
         assert module in text
     assert "Total: 0/100 (nothing to grade" in text
@@ -120,7 +121,7 @@ def test_text_report_lists_modules_and_total(template_report):
 
 @pytest.mark.parametrize("fmt", ["json"])
 def test_json_format_round_trips(reference_report, fmt):
-    data = json.loads(reference_report.render(fmt))
+    data = json.loads(render(reference_report, fmt))
     assert data["score"] == 100 and data["max_score"] == 100
     assert sum(Decimal(str(m["score"])) for m in data["modules"].values()) == Decimal(str(data["score"]))
 
@@ -146,7 +147,7 @@ def test_the_readme_example_report_is_what_grading_the_buggy_student_prints(bugg
     """Every line of the README's example report (its "..." aside) is a line of the real text report."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     example = readme.split("Example report (the bundled `examples/buggy-student`):", 1)[1].split("```")[1]
-    printed = {line.rstrip() for line in buggy_report.render("text").splitlines()}
+    printed = {line.rstrip() for line in render(buggy_report, "text").splitlines()}
     stale = [line for line in example.splitlines()[1:] if line.strip() not in ("", "...")
              and not line.startswith("Isolation: ")  # the level this machine offers
              and line.rstrip() not in printed]
