@@ -14,9 +14,8 @@ import click
 
 EXIT_OK, EXIT_BELOW_MIN, EXIT_CANNOT_RUN = 0, 1, 2
 from autograder import LEVELS  # noqa: E402  (the package's __init__ imports nothing)
-from autograder import formats as _formats  # noqa: E402  (stdlib only: the report model and its formats)
-from autograder.formats import render as render_report  # noqa: E402
-FORMATS = list(_formats.FORMATS)  # autograder/formats.py: the one registry of formats
+from autograder.formats import FORMATS as _FORMATS, render as render_report  # noqa: E402  (stdlib only)
+FORMATS = list(_FORMATS)  # autograder/formats.py: the one registry of formats
 FORMAT_HELP = ("text: a readable report; json: all data for other tools; gradescope: results.json per "
                "Gradescope's autograder specification; markdown, html: feedback for the student (html with "
                "heatmaps of their attention weights); junit: JUnit XML for CI test reports; classroom: the "

@@ -63,7 +63,7 @@ import zipfile
 from pathlib import Path
 
 from autograder import MODULES
-from autograder.notebooks import NOTEBOOK_NAME, notebook_source
+from autograder.notebooks import module_of as notebook_module, notebook_source
 
 #: The largest file taken, by suffix: a module, a notebook (its embedded plots included).
 MAX_FILE = {".py": 8 << 20, ".ipynb": 32 << 20}
@@ -122,8 +122,7 @@ def module_of(name) -> str | None:
     if path.suffix == ".py":
         return path.stem if path.stem in MODULES else None
     if path.suffix.lower() == ".ipynb":
-        match = NOTEBOOK_NAME.match(path.stem.lower())
-        return match["module"] if match and match["module"] in MODULES else None
+        return notebook_module(path)
     return None
 
 

@@ -29,7 +29,6 @@ from autograder import MODULES
 
 #: A notebook's name without its suffix, lower-cased: `01_attention`, `attention` -> the module `attention`.
 NOTEBOOK_NAME = re.compile(r"^(?:\d+[_-])?(?P<module>[a-z]+)$")
-_NAME = NOTEBOOK_NAME
 _KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 # Packages that only draw or display: their imports are left out with the plots that use them.
 DISPLAY_ONLY = ("matplotlib", "seaborn", "IPython", "plotly", "ipywidgets")
@@ -47,7 +46,7 @@ def _is_display_import(node) -> bool:
 
 def module_of(path: Path) -> str | None:
     """The contract module a notebook stands for: `01_attention.ipynb` -> "attention"."""
-    match = _NAME.match(Path(path).stem.lower())
+    match = NOTEBOOK_NAME.match(Path(path).stem.lower())
     return match["module"] if match and match["module"] in MODULES else None
 
 

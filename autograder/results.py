@@ -6,7 +6,6 @@ the kit writes.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict, dataclass, field
 
