@@ -3,7 +3,8 @@
 
 PYTHON ?= python3
 VENV   ?= .venv
-TORCH  ?= torch==2.13.0
+# the torch the kit is tested with, stated once in autograder/paths.py
+TORCH  ?= torch==$(shell sed -n 's/^TORCH_VERSION = "\([^"]*\)".*/\1/p' autograder/paths.py)
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(subst =,-,$(TORCH))
 
@@ -22,9 +23,11 @@ help:
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt requirements.lock
+$(STAMP): requirements.txt requirements.lock pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)" -r requirements.txt -c requirements.lock
+	@# the kit itself, editable (it runs from this checkout): python -m autograder, mha-grader
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

@@ -1,9 +1,11 @@
 """The multi-head-attention exercise kit: graders and release tooling."""
 
+__version__ = "1.1.0"  # the kit's release: `grader_cli.py --version` prints it, and every gradebook
+
 # The five modules of the student contract, in its order: the one list the library uses.
 MODULES = ("attention", "heads", "masks", "mha", "positional")
 
-# How student code can be confined, strongest first (autograder/_child.py applies them, autograder.sandbox
+# How student code can be confined, strongest first (autograder/student_process.py applies them, autograder.sandbox
 # chooses), and what each means in a report.
 LEVELS = ("namespaces", "landlock", "none")
 LEVEL_HELP = {

@@ -39,9 +39,10 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder import MODULES, batchlock, intake
+from autograder import MODULES, __version__, batchlock, intake
 from autograder.engine import SubmissionError, WarmServers, grade
 from autograder.formats import render
+from autograder.paths import KIT
 from autograder.results import GradeReport, csv_cell, csv_value, safe_line
 from autograder.sandbox import GraderUnavailable
 from autograder.scoring import fmt
@@ -50,8 +51,7 @@ GRADEBOOK = "gradebook.csv"
 GRADER_FAILURE = "the grader could not run student code: "  # how the error of such a row begins
 DONE = ("graded", "empty")  # rows a second run keeps while their fingerprint holds; the others are graded again
 COLUMNS = ["id", "total", *MODULES, "status", "isolation", "grading_time_s", "error", "fingerprint"]
-KIT = Path(__file__).resolve().parent.parent
-KIT_VERSION = "1.1.0"  # the kit's release; `grader_cli.py --version` prints it with torch's and the graders' checksum
+KIT_VERSION = __version__  # `grader_cli.py --version` prints it with torch's and the graders' checksum
 
 
 class Interrupted(KeyboardInterrupt):

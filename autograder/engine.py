@@ -35,11 +35,9 @@ from pathlib import Path
 from autograder import MODULES, batchlock, intake
 from autograder.intake import MAX_UNZIPPED, SubmissionError  # noqa: F401  (the engine's names, as before)
 from autograder.notebooks import missing_message, module_of, notebook_source
+from autograder.paths import GRADERS, KIT as ROOT
 from autograder.results import GradeReport, TestResult
 from autograder.scoring import nothing_to_grade
-
-ROOT = Path(__file__).resolve().parent.parent
-GRADERS = Path(__file__).resolve().parent / "graders"
 
 
 @dataclass

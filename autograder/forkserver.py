@@ -6,7 +6,7 @@ process. `grade-all` instead starts two warm servers once per run:
 
 * the student zygote (`python -I forkserver.py student ADDR`) has imported
   torch and nothing else (no kit code, no reference, no grader); each student
-  process is a fork of it that confines itself (autograder/_child.py) before
+  process is a fork of it that confines itself (autograder/student_process.py) before
   it imports student code;
 * the grader server (`python forkserver.py grader ADDR MODULE...`) has
   imported pytest and the modules its owner named (autograder.engine names
@@ -200,7 +200,7 @@ class Server:
 def _student_handler():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("_child", Path(__file__).with_name("_child.py"))
+    spec = importlib.util.spec_from_file_location("student_process", Path(__file__).with_name("student_process.py"))
     child = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(child)
     child._warm_up()  # in this process, once: every fork starts warm

@@ -16,8 +16,8 @@ import shlex
 import zipfile
 from pathlib import Path
 
-KIT = Path(__file__).resolve().parent.parent
-TORCH_VERSION = "2.13.0"  # the Makefile's pin (TORCH ?= torch==2.13.0)
+from autograder.paths import KIT, TORCH_VERSION
+
 # Gradescope's images have no GPU unless the instructor asks for one, and pip's default index gives Linux the
 # CUDA build of torch (several GB): setup.sh installs the CPU build unless told otherwise (TORCH_CUDA=1, or
 # `gradescope-zip --torch-cuda`, installs pip's default build).

@@ -1,7 +1,7 @@
 """The trusted side of the sandbox: a client for the student process.
 
 The grading process never imports student code. A `Sandbox` starts
-`_child.py` in a child process whose working directory is a private copy of
+`student_process.py` in a child process whose working directory is a private copy of
 the submission, sends it requests (call this function, build this module,
 run its forward pass) and reads back plain tensors and containers in
 autograder/wire.py's format, checked against the frame's size and against
@@ -37,6 +37,7 @@ from pathlib import Path
 
 from autograder import LEVELS, MODULES, batchlock, intake as _intake, wire
 from autograder.diskguard import DiskGuard
+from autograder.paths import KIT as ROOT
 from autograder.forkserver import Worker
 
 REMEDY = {
@@ -54,14 +55,13 @@ def remedy(level, why):
     """What to do about `level` failing for the reason `why`."""
     return REMEDY["readable" if "reading Python" in why or level == "none" else level]
 
-CHILD = Path(__file__).with_name("_child.py")
-ROOT = Path(__file__).resolve().parent.parent
+CHILD = Path(__file__).with_name("student_process.py")
 MAX_STRIKES = 2  # crashes or timeouts of one module before its checks stop running
 LOG_TAIL = 1500
 MAX_ANSWER = 64 << 20  # bytes of one answer; requests whose answers are bounded tighter pass their own limit
 #: What student code may write. At the namespaces level its /tmp (and home) is a tmpfs of `tmp_bytes` and its
 #: copy of the submission a tmpfs of `copy_bytes` (at least twice the copy's size), each with at most `files`
-#: files and folders (autograder/_child.py). At the other levels its copy and its home are folders on the disk,
+#: files and folders (autograder/student_process.py). At the other levels its copy and its home are folders on the disk,
 #: held to the same totals by a guard (autograder/diskguard.py).
 WRITABLE = {"tmp_bytes": 256 << 20, "copy_bytes": 64 << 20, "files": 4096}
 #: What the student process never sees, even where it cannot be hidden by namespaces it is never copied.
@@ -385,7 +385,7 @@ class Sandbox:
             pass
 
     def _kill(self):
-        """End the student process and everything it started: its keeper (see _child.py) ends them all on
+        """End the student process and everything it started: its keeper (see student_process.py) ends them all on
         SIGTERM; the process group is killed outright if the keeper does not finish in time.
 
         Safe from two threads at once (a caller closing the sandbox while a call in another thread fails

@@ -129,10 +129,10 @@ def _levels_under_test() -> tuple[str, ...]:
 
 LEVELS = _levels_under_test()
 
-#: Cases also graded on the cold route (a fresh grader process, a student process started from _child.py,
+#: Cases also graded on the cold route (a fresh grader process, a student process started from student_process.py,
 #: as `grader_cli.py grade` does), at every level: case id -> why the cold route differs for that attack.
 COLD = {
-    "kit-files": "the cold student process's command line, `python -I <kit>/autograder/_child.py CONFIG`, names "
+    "kit-files": "the cold student process's command line, `python -I <kit>/autograder/student_process.py CONFIG`, names "
                  "the kit's folder and carries the sandbox's config; a warm one shows the zygote's",
     "env-own-environ": "the cold student process's environment is the one Popen gives it; a warm one's "
                        "/proc/self/environ is the zygote's, from the zygote's start",
@@ -488,7 +488,7 @@ def files_with_marker(marker, extra_roots=()) -> list[str]:
 def _is_student_process(cmdline, names, zygotes, pid) -> bool:
     """Whether a process with this command line is a student process of the gradings described.
 
-    Cold: `python -I .../_child.py CONFIG`, whose config names its sandbox (`mha-sandbox-...`) and the
+    Cold: `python -I .../student_process.py CONFIG`, whose config names its sandbox (`mha-sandbox-...`) and the
     submission it grades (JSON-quoted), one of `names`. Warm: a fork of a student zygote keeps the zygote's
     command line, `python -I .../forkserver.py student ADDRESS`, whose address is unique to that zygote:
     any process holding one of `zygotes`' addresses, other than that zygote itself.

@@ -164,7 +164,7 @@ def test_200_threads_of_the_grading_user_leave_the_process_limit_to_the_student(
 
 # -- refusals: a lower level, or exit 2; never a 0 -----------------------------------------------------
 def _steps(level):
-    """The confinement steps a level goes through here (autograder/_child.py marks each with _step)."""
+    """The confinement steps a level goes through here (autograder/student_process.py marks each with _step)."""
     common = ["fork", "setrlimit", "read-python"]
     if level == "namespaces":
         own = ["unshare", "unshare-mount", "mount", "pivot-root"] + (["setuid"] if ROOT_USER else ["uid-map", "capset"])

@@ -18,6 +18,7 @@ from decimal import Decimal
 import pytest
 
 from autograder.gradescope import build_zip
+from autograder.paths import TORCH
 from tests.conftest import MODULES, ROOT, SOLUTIONS
 
 SCRIPTS = ("setup.sh", "run_autograder")
@@ -189,14 +190,14 @@ def test_setup_installs_pinned_cpu_torch_then_requirements(tmp_path):
     assert not [c for c in calls if c.startswith("apt-get")]  # python3 >= 3.11 with venv: nothing to install
     assert f"python3 -m venv {root}/venv" in calls
     installs = [c for c in calls if c.startswith(pip)]
-    assert installs == [f"{pip} torch==2.13.0 --index-url {CPU}", f"{pip} -r {root}/source/requirements.txt -c {root}/source/requirements.lock"]
+    assert installs == [f"{pip} {TORCH} --index-url {CPU}", f"{pip} -r {root}/source/requirements.txt -c {root}/source/requirements.lock"]
 
 
 @pytest.mark.parametrize("how", ["env", "zip"])
 def test_setup_installs_the_cuda_build_when_asked(tmp_path, how):
     env = {"TORCH_CUDA": "1"} if how == "env" else {}
     _, calls, pip = run_setup(tmp_path, zip_kwargs={"cuda": True} if how == "zip" else None, **env)
-    assert [c for c in calls if c.startswith(f"{pip} torch")] == [f"{pip} torch==2.13.0"]  # pip's default index
+    assert [c for c in calls if c.startswith(f"{pip} torch")] == [f"{pip} {TORCH}"]  # pip's default index
 
 
 def test_setup_on_old_python_installs_python311_and_honours_torch_env(tmp_path):

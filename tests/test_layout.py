@@ -75,3 +75,69 @@ def test_the_cycle_check_sees_a_cycle_through_a_lazy_import():
 def test_the_fork_server_knows_no_other_module_of_the_kit():
     """It holds warm what its owner names (autograder.engine.GRADER_PRELOAD): generic, at the bottom."""
     assert import_graph()["autograder.forkserver"] == set()
+
+
+# ---- the package: installable, one entry point, every root and the torch pin stated once ----------------
+
+def test_every_root_of_the_kit_is_found_in_paths_py_alone():
+    """A module that finds the checkout from its own file breaks the day it moves: autograder/paths.py is the
+    one place that does (the fork server aside: it is generic, and finds the folder imports start from)."""
+    offenders = [name for name, path in _kit_modules().items()
+                 if "Path(__file__).resolve().parent.parent" in path.read_text(encoding="utf-8")
+                 and name not in ("autograder.paths", "autograder.forkserver")]
+    assert not offenders, f"expected only autograder/paths.py to find the kit's root, found it in {offenders}"
+
+
+def test_the_torch_pin_is_stated_once():
+    """autograder/paths.py states it; the Makefile reads it there; what cannot read it (the Classroom templates,
+    copied into course repositories) says the same, and no module of the kit repeats the number."""
+    from autograder.paths import TORCH, TORCH_VERSION
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "autograder/paths.py" in makefile and TORCH_VERSION not in makefile, \
+        "expected the Makefile to read the torch pin from autograder/paths.py, not to repeat it"
+    for template in sorted((ROOT / "templates" / "github-classroom").glob("*.yml")):
+        pins = [line.split("TORCH:")[1].split("#")[0].strip() for line in template.read_text().splitlines()
+                if line.strip().startswith("TORCH:")]
+        assert pins == [TORCH], f"expected {template.name} to pin {TORCH}, found {pins}"
+    repeats = [name for name, path in _kit_modules().items()
+               if TORCH_VERSION in path.read_text(encoding="utf-8") and name != "autograder.paths"]
+    assert not repeats, f"expected only autograder/paths.py to say {TORCH_VERSION}, found it in {repeats}"
+
+
+def _run(*args, cwd):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def test_the_kit_builds_as_a_package_with_its_command_line_and_graders(tmp_path):
+    """pyproject.toml: the wheel of `pip install -e .`'s project holds every module and the graders' pytest.ini,
+    the version of autograder/__init__.py, requirements.txt's pins as dependencies, and the `mha-grader` script."""
+    import shutil
+    import zipfile
+    import autograder
+    source = tmp_path / "kit"  # a copy: a build writes build/ and *.egg-info beside the project
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".*", "__pycache__", "tests", "examples", "benchmarks"))
+    built = _run("-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(source),
+                 cwd=tmp_path)
+    assert built.returncode == 0, f"expected the kit to build as a wheel, pip said:\n{built.stderr[-3000:]}"
+    (wheel,) = tmp_path.glob("mha_kit-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = {f"autograder/{p.relative_to(PACKAGE).as_posix()}" for p in PACKAGE.rglob("*.py")
+                if "__pycache__" not in p.parts} | {"autograder/graders/pytest.ini", "grader_cli.py"}
+    assert expected <= names, f"expected the wheel to hold every module of the kit, missing {sorted(expected - names)}"
+    meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    metadata = zipfile.ZipFile(wheel).read(meta).decode()
+    assert f"Version: {autograder.__version__}\n" in metadata
+    pins = [line for line in (ROOT / "requirements.txt").read_text().splitlines() if line and not line.startswith("#")]
+    assert all(f"Requires-Dist: {pin}\n" in metadata for pin in pins), metadata
+    scripts = zipfile.ZipFile(wheel).read(meta.replace("METADATA", "entry_points.txt")).decode()
+    assert "mha-grader = autograder.cli:cli" in scripts
+
+
+def test_python_dash_m_autograder_is_the_command_line(tmp_path):
+    """From any folder (the kit is installed editable by make setup), as grader_cli.py is."""
+    shown = _run("-m", "autograder", "--version", cwd=tmp_path)
+    assert shown.returncode == 0 and shown.stdout.startswith("mha-kit "), shown.stdout + shown.stderr
+    shim = _run(str(ROOT / "grader_cli.py"), "--version", cwd=tmp_path)
+    assert shim.stdout == shown.stdout, "expected grader_cli.py and python -m autograder to be one command line"

@@ -113,7 +113,7 @@ def test_exception_reports_type_message_and_student_frames_only(submission):
             sb.call("masks", "causal_mask", 3)
     assert str(err.value) == "causal_mask(3) raised KeyError: 'oops'"
     assert 'File "masks.py", line 5, in helper' in err.value.traceback
-    assert "_child.py" not in err.value.traceback
+    assert "student_process.py" not in err.value.traceback
 
 
 def test_memory_bomb_fails_inside_its_process(submission):

@@ -1,6 +1,6 @@
 """The student side of the sandbox: runs student code, nothing else.
 
-It runs either as `python -I _child.py CONFIG` or as a fork of the warm
+It runs either as `python -I student_process.py CONFIG` or as a fork of the warm
 student zygote (autograder/forkserver.py), with the protocol pipes on fds 0
 and 1. It is self-contained on purpose (stdlib and torch only, and the
 stdlib-only autograder/landlock.py, loaded by path): the trusted grader never

@@ -1,0 +1,519 @@
+"""Command line of the multi-head-attention exercise kit (`grader_cli.py`, `python -m autograder`).
+
+A thin layer over the `autograder` library: every command calls a library
+function that the kit's tests call directly.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+EXIT_OK, EXIT_BELOW_MIN, EXIT_CANNOT_RUN = 0, 1, 2
+from autograder import LEVELS  # noqa: E402  (the package's __init__ imports nothing)
+from autograder.formats import FORMATS as _FORMATS, render as render_report  # noqa: E402  (stdlib only)
+from autograder.paths import TORCH_VERSION  # noqa: E402  (stdlib only)
+FORMATS = list(_FORMATS)  # autograder/formats.py: the one registry of formats
+FORMAT_HELP = ("text: a readable report; json: all data for other tools; gradescope: results.json per "
+               "Gradescope's autograder specification; markdown, html: feedback for the student (html with "
+               "heatmaps of their attention weights); junit: JUnit XML for CI test reports; classroom: the "
+               "base64 result that GitHub Classroom's grading reporter reads.")
+
+
+class Size(click.ParamType):
+    """A size such as 4GiB, 512MiB, 1MiB or a number of bytes."""
+
+    name = "size"
+    UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30}
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().lower().replace(" ", "")
+        number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+        try:
+            return int(float(number) * self.UNITS[text[len(number):]])
+        except (ValueError, KeyError):
+            self.fail(f"{value!r} is not a size such as 4GiB, 512MiB or 1048576", param, ctx)
+
+
+def sandbox_options(command):
+    """The limits of the student process and its isolation, shared by `grade` and `grade-all`."""
+    options = [
+        click.option("--memory-limit", type=Size(), default="4GiB", show_default=True,
+                     help="Address space of the student process; a memory bomb fails there."),
+        click.option("--cpu-limit", type=click.FloatRange(1), default=60, show_default=True,
+                     help="CPU seconds of the student process over a whole grading."),
+        click.option("--max-processes", type=click.IntRange(1), default=64, show_default=True,
+                     help="Processes and threads the student code may have; a fork bomb stops there."),
+        click.option("--max-output", type=Size(), default="1MiB", show_default=True,
+                     help="What the student code may print or write to files."),
+        click.option("--isolation", type=click.Choice(["auto", *LEVELS]), default="auto", show_default=True,
+                     help="How student code is confined. namespaces: own PID, mount and network namespaces, a "
+                          "private filesystem view; landlock: Linux Landlock, reads only system and Python "
+                          "folders and its copy, no TCP; none: resource limits only. auto: the strongest that "
+                          "works here (probed once per run)."),
+        click.option("--require-isolation", type=click.Choice(LEVELS), default=None,
+                     help="Refuse to grade below this level: exit 2 with the cause and the remedy."),
+        click.option("--no-isolation", is_flag=True, help="Same as --isolation none."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _sandbox(memory_limit, cpu_limit, max_processes, max_output, isolation, require_isolation, no_isolation,
+             max_unzipped):
+    from autograder.sandbox import Limits
+
+    return {"limits": Limits(cpu_seconds=cpu_limit, memory_bytes=memory_limit, processes=max_processes,
+                             output_bytes=max_output),
+            "isolation": "none" if no_isolation else isolation, "require_isolation": require_isolation,
+            "max_unzipped": max_unzipped}
+
+
+def intake_options(command):
+    """How much of a submission is taken in, shared by `grade` and `grade-all`."""
+    return click.option(
+        "--max-unzipped", type=Size(), default="50MiB", show_default=True,
+        help="The most a submission may unpack to (a zip, as its directory declares it, checked before a byte "
+             "is unpacked) or hold (a folder). The reason: a zip bomb of a few KB can unpack to many GB and fill "
+             "the disk or the memory of the grading machine; five modules and their notebooks take well under "
+             "1MiB. Raise it for notebooks with large embedded outputs.")(command)
+
+
+CALL_TIMEOUT_HELP = "Seconds allowed for one call into the student's code (a hang costs that check only)."
+SUBMISSION_TIMEOUT_HELP = "Seconds allowed for the whole grading of one submission; past it, the grading has no score."
+
+
+def timeout_options(submission_default, alias):
+    """--call-timeout and --submission-timeout, shared by `grade` and `grade-all` (defaults differ), and the
+    hidden, deprecated --timeout, an alias of the option named `alias` on that command."""
+    def decorate(command):
+        for option in reversed([
+            click.option("--call-timeout", type=click.FloatRange(0, min_open=True), default=10.0,
+                         show_default=True, help=CALL_TIMEOUT_HELP),
+            click.option("--submission-timeout", type=click.FloatRange(0, min_open=True),
+                         default=submission_default, show_default=True, help=SUBMISSION_TIMEOUT_HELP),
+            click.option("--timeout", type=float, default=None, hidden=True, help=f"Deprecated: {alias}."),
+        ]):
+            command = option(command)
+        return command
+    return decorate
+
+
+def _timeout_alias(value, meaning, option):
+    """The old --timeout, kept as a deprecated alias of `option`; None when not given."""
+    if value is not None:
+        click.echo(f"warning: --timeout is deprecated: it meant {meaning} here; use {option}", err=True)
+    return value
+
+
+def _write(report, text, output):
+    """The report to OUTPUT (its folder made) or to stdout."""
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text + "\n", encoding="utf-8")
+        click.echo(f"{report.summary_line()}; report written to {output}", err=True)
+    else:
+        click.echo(text)
+
+
+def _print_version(ctx, param, value):
+    if not value or ctx.resilient_parsing:
+        return
+    from autograder.batch import versions
+
+    v = versions()
+    click.echo(f"mha-kit {v['kit']}\ntorch {v['torch']}\npython {v['python']}\n"
+               f"graders sha256 {v['graders_sha256']}")
+    ctx.exit()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Print the kit's version, torch's, Python's and the checksum of the graders (the code that "
+                   "decides a grade), then exit.")
+def cli():
+    """Auto-graded exercises on multi-head attention in PyTorch.
+
+    Students implement five modules (attention, heads, masks, mha,
+    positional); the hidden graders run their code in a separate process and
+    score it out of 100.
+
+    \b
+    Typical use:
+      python grader_cli.py grade examples/buggy-student
+      python grader_cli.py grade submission.zip --format gradescope --output results.json
+      python grader_cli.py release --check
+      python grader_cli.py render report.json --format junit -o junit.xml
+      python grader_cli.py grade-all submissions/ --output graded/
+      python grader_cli.py check my-submission/
+      python grader_cli.py gradescope-zip --output autograder.zip
+      python grader_cli.py bench my-submission/ --plot bench.png
+    """
+
+
+@cli.command(short_help="Grade one submission (folder, zip or notebook).")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True, help=FORMAT_HELP)
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the report to this file instead of stdout.")
+@click.option("--min-score", type=click.FloatRange(0, 100), default=None,
+              help="Exit with status 1 when the score (out of 100) is below this.")
+@timeout_options(submission_default=600.0, alias="--call-timeout")
+@intake_options
+@sandbox_options
+def grade(path, fmt, output, min_score, call_timeout, submission_timeout, timeout, **sandbox):
+    """Grade one submission: a folder of the five modules (as .py files or as
+    the notebooks 01_attention.ipynb ... 05_positional.ipynb), a zip of one,
+    or a single notebook such as 03_masks.ipynb.
+
+    Student code runs in a separate process and never in the grader's; a
+    missing module, a crash or a hang costs only the checks that need it.
+    Every figure is out of 100 (the README's "One set of numbers"). A
+    submission with no student work in it (every module missing, or the
+    untouched template) is reported as "empty": 0, with what was looked for.
+
+    \b
+    Exit status:
+      0  grading completed (whatever the score, "empty" included)
+      1  the score is below --min-score
+      2  the grader could not run: a bad path, an unreadable zip, or student
+         code that cannot be run here (isolation refused, a student process
+         that cannot start); the cause and the remedy are printed. With
+         --format other than text a report is still written: "empty" (0,
+         and why) for a submission that cannot be read, "error" (no score,
+         never 0) when the grader failed.
+    """
+    from autograder.engine import SubmissionError, submission_id
+    from autograder.engine import grade as grade_submission
+    from autograder.results import GradeReport, safe_line, safe_text
+    from autograder.sandbox import GraderUnavailable
+
+    call_timeout = _timeout_alias(timeout, "seconds per call", "--call-timeout") or call_timeout
+    try:
+        report = grade_submission(path, call_timeout=call_timeout, timeout=submission_timeout, **_sandbox(**sandbox))
+    except SubmissionError as exc:  # its text may name the submission's files: escaped, as in every report
+        click.echo(f"error: {safe_text(exc, '  ')}", err=True)
+        if fmt != "text":  # CI formats still get a file: nothing to grade, and why
+            empty = GradeReport(submission=submission_id(path), status="empty",
+                                error=f"no student work found: {exc}")
+            _write(empty, render_report(empty, fmt), output)
+        sys.exit(EXIT_CANNOT_RUN)
+    except GraderUnavailable as exc:
+        click.echo(f"error: the grader cannot run student code here: {safe_text(exc, '  ')}", err=True)
+        if fmt != "text":  # CI formats still get a file, that says error
+            failed = GradeReport(submission=submission_id(path), status="error", error=str(exc), grader_failure=True)
+            _write(failed, render_report(failed, fmt), output)
+        sys.exit(EXIT_CANNOT_RUN)
+    _write(report, render_report(report, fmt), output)
+    if fmt != "text" and report.isolation_note():
+        click.echo(report.isolation_note(), err=True)
+    if report.status != "graded":
+        click.echo(f"warning: {report.status}: {safe_line(report.error.splitlines()[0]) if report.error else ''}",
+                   err=True)
+    if min_score is not None and report.score < min_score:
+        click.echo(f"score {report.score:g} is below --min-score {min_score:g}", err=True)
+        sys.exit(EXIT_BELOW_MIN)
+
+
+@cli.command(short_help="Render a saved JSON report in another format.")
+@click.argument("report_json", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+              help=FORMAT_HELP)
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the report to this file instead of stdout.")
+def render(report_json, fmt, output):
+    """Render a saved report (from `grade --format json`) in another format, without grading again.
+
+    One grading, several formats that agree: a CI job's points, its summary
+    and its JUnit file come from the same run, even where a timing check
+    could come out differently a second time. Exit status 2 when REPORT_JSON
+    is not such a report.
+    """
+    import json
+
+    from autograder.ci_formats import report_from_dict
+    from autograder.results import safe_line
+
+    try:
+        report = report_from_dict(json.loads(report_json.read_text(encoding="utf-8")))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        click.echo(f"error: {report_json} is not a report written by `grade --format json`: {safe_line(exc)}",
+                   err=True)
+        sys.exit(EXIT_CANNOT_RUN)
+    _write(report, render_report(report, fmt), output)
+
+
+@cli.command(short_help="Run the students' public self-check.")
+@click.argument("path", type=click.Path(path_type=Path))
+def check(path):
+    """Run the students' public self-check on a submission.
+
+    The same checks students run with `python selfcheck.py` in their
+    template (the worked examples, shapes, the causal mask); no hidden
+    grader. The student's code runs in a separate process. Exit status: 0
+    when every check passes, 1 when one fails, 2 when PATH cannot be read.
+    """
+    import subprocess
+
+    from autograder.engine import SubmissionError, prepared
+    from autograder.release import SELF_CHECK
+    from autograder.results import safe_text
+
+    try:
+        with prepared(path) as folder:
+            folder = folder.resolve()
+            proc = subprocess.run([sys.executable, str(SELF_CHECK), str(folder)], cwd=folder)
+    except SubmissionError as exc:
+        click.echo(f"error: {safe_text(exc, '  ')}", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
+    sys.exit(1 if proc.returncode else 0)
+
+
+@cli.command("grade-all", short_help="Grade a class in parallel, resumable.")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--output", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for OUT/<id>/results.json, feedback.md, feedback.html and OUT/gradebook.csv "
+                   "(an id named gradebook.csv, or ending in ~, gets OUT/<id>~/).")
+@click.option("--jobs", "-j", type=click.IntRange(1), default=None, help="Parallel gradings [default: core count].")
+@click.option("--force", is_flag=True, help="Grade again what OUT/gradebook.csv already holds.")
+@timeout_options(submission_default=300.0, alias="--submission-timeout")
+@intake_options
+@sandbox_options
+def grade_all(folder, output, jobs, force, call_timeout, submission_timeout, timeout, **sandbox):
+    """Grade every submission in FOLDER (a class).
+
+    Each entry of FOLDER is one submission: a folder of .py modules, a folder
+    of notebooks, a zip, or a single notebook; the entry's name is its id.
+    One that crashes, hangs or fills memory gets a row with its status and
+    never stops the others. The gradebook is rewritten atomically after each
+    submission; a second run skips what is already graded (resume), unless
+    --force. Row statuses: graded; empty (no student work found: every
+    module missing, the untouched template, or a zip that cannot be read: 0,
+    with what was looked for in the error column); timeout and error (the
+    grading did not complete: no score, graded again by the next run).
+
+    \b
+    Exit status: 0 when the run completed; 2 when the isolation cannot be
+    had (--require-isolation; nothing is graded) or the grader could not run
+    the student code of some submissions (their rows: "error", no score; a
+    second run grades them again); 130 after Ctrl-C.
+    """
+    from autograder import batch
+    from autograder.results import GradeReport, safe_line
+    from autograder.sandbox import GraderUnavailable, choose_isolation
+
+    timeout = _timeout_alias(timeout, "seconds per submission", "--submission-timeout") or submission_timeout
+    options = _sandbox(**sandbox)
+    options["call_timeout"] = call_timeout
+    try:  # once for the whole class, before anything is graded
+        options["isolation"] = choose_isolation(options["isolation"], options.pop("require_isolation"))
+    except GraderUnavailable as exc:
+        click.echo(f"error: the grader cannot run student code here: {exc}", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
+    planned = batch.plan(folder, output, force=force, timeout=timeout, **options)  # hashed once, used twice
+    entries, _, pending, changed, _ = planned
+    todo = len(pending)
+    since = f" ({changed} changed since the last run)" if changed else ""
+    click.echo(f"{len(entries)} submissions, {len(entries) - todo} already graded, {todo} to grade{since}",
+               err=True)
+    start = time.monotonic()
+
+    def stopping(running):
+        click.echo(f"\nStopping: no new grading starts; waiting for the {running} running to finish and be saved "
+                   "(Ctrl-C again to stop them now, unsaved)", err=True)
+
+    try:
+        with click.progressbar(length=todo, label="grading", show_pos=True, show_eta=True, file=sys.stderr,
+                               item_show_func=lambda row: safe_line(row.id) if row else "") as bar:
+            rows = batch.grade_all(folder, output, jobs=jobs, force=force, timeout=timeout,
+                                   progress=lambda row: bar.update(1, row), on_interrupt=stopping,
+                                   planned=planned, **options)
+    except batch.Interrupted as stop:
+        killed = f"; {stop.killed} grading(s) stopped halfway were not recorded" if stop.killed else ""
+        click.echo(f"Interrupted: {len(stop.rows)} rows saved in {output / batch.GRADEBOOK}, {stop.left} "
+                   f"submission(s) not graded{killed}. Run the same command again to grade the rest.", err=True)
+        sys.exit(130)
+    click.echo(GradeReport(submission="", isolation=options["isolation"]).isolation_line(), err=True)
+    note = GradeReport(submission="", isolation=options["isolation"]).isolation_note()
+    if note:  # once per run, not once per student
+        click.echo(note, err=True)
+    elapsed = time.monotonic() - start
+    for status, meaning in (("empty", "nothing to grade, 0"), ("timeout", "no score"), ("error", "no score")):
+        ids = [r.id for r in rows.values() if r.status == status]
+        if ids:
+            click.echo(f"{status} ({meaning}): {', '.join(safe_line(i) for i in ids)}", err=True)
+    rate = f", {60 * todo / elapsed:.1f} per minute" if todo and elapsed > 0 else ""
+    click.echo(f"{len(rows)} rows in {output / batch.GRADEBOOK} ({elapsed:.0f} s{rate})")
+    failures = [r for r in rows.values() if r.status == "error" and r.error.startswith(batch.GRADER_FAILURE)]
+    if failures:
+        click.echo(f"{len(failures)} submission(s) could not be graded because the grader could not run student "
+                   "code (status error, no score); run the same command again once the cause is fixed", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
+
+
+@cli.command(short_help="Write student_template/ from solutions/.")
+@click.option("--check", is_flag=True, help="Change nothing; exit 1 naming the files that are out of date.")
+def release(check):
+    """Write student_template/ from the instructor's solutions/ and assignments/mha/.
+
+    \b
+    1. The module cell of each source notebook in assignments/mha/ is
+       copied from solutions/<module>.py (the one place the code lives).
+    2. The real `nbgrader generate_assignment` makes the student notebooks.
+    3. The .py stubs are rendered from solutions/: each
+       `### BEGIN SOLUTION` ... `### END SOLUTION` region becomes
+       `raise NotImplementedError()`, as nbgrader does; docstrings stay.
+    """
+    from autograder import release as rel
+
+    if check:
+        stale = rel.check_sources() + [f"student_template/{n}" for n in rel.check_template()]
+        if stale:
+            click.echo("out of date: " + ", ".join(stale), err=True)
+            click.echo("run: python grader_cli.py release", err=True)
+            sys.exit(1)
+        click.echo("assignments/ and student_template/ are up to date")
+        return
+    changed = rel.write_sources() + [f"student_template/{n}" for n in rel.write_template()]
+    click.echo(f"wrote {', '.join(changed)}" if changed else "assignments/ and student_template/ already up to date")
+
+
+@cli.command(short_help="Time MHA implementations side by side.")
+@click.argument("submission", required=False, type=click.Path(exists=True, path_type=Path))
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("bench.png"),
+              show_default=True, help="Where to save the plot (PNG).")
+@click.option("--tokens", default="32,128", show_default=True, help="Sequence lengths, comma-separated.")
+@click.option("--heads", default="1,4,16,64", show_default=True, help="Head counts (dividing --d-model).")
+@click.option("--d-model", default=128, show_default=True)
+@click.option("--batch", default=4, show_default=True)
+@click.option("--threads", default=1, show_default=True, help="torch threads (the graders time on 1).")
+def bench(submission, device, plot_path, tokens, heads, d_model, batch, threads):
+    """Time MHA implementations side by side: table and plot.
+
+    The reference stacked and fused modules, a fused module on
+    F.scaled_dot_product_attention and nn.MultiheadAttention, across head
+    counts and sequence lengths; with SUBMISSION, also the student's stacked
+    and fused modules (run in the sandbox, timed by the grader's clock).
+    """
+    from autograder import bench as b
+
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            click.echo("error: --device cuda, but CUDA is not available here", err=True)
+            sys.exit(EXIT_CANNOT_RUN)
+    token_list = [int(t) for t in tokens.split(",")]
+    head_list = [int(h) for h in heads.split(",")]
+    if any(d_model % h for h in head_list):
+        raise click.BadParameter(f"every head count must divide --d-model {d_model}", param_hint="--heads")
+    from contextlib import ExitStack
+
+    total = len(token_list) * len(head_list)
+    with ExitStack() as stack:
+        student = None
+        if submission is not None:
+            from autograder.engine import prepared
+            from autograder.sandbox import Sandbox
+
+            student = stack.enter_context(Sandbox(stack.enter_context(prepared(submission)), call_timeout=120))
+        with click.progressbar(length=total, label="timing", file=sys.stderr) as bar:
+            rows = b.run(tokens=token_list, heads=head_list, d_model=d_model, batch=batch, device=device,
+                         student=student, threads=threads, progress=lambda row: bar.update(1))
+    click.echo(f"\nms per forward pass, d_model {d_model}, batch {batch}, {device}, {threads} thread(s), "
+               "best of 3 interleaved rounds")
+    click.echo(b.table(rows))
+    b.plot(rows, plot_path)
+    click.echo(f"plot written to {plot_path}")
+
+
+@cli.command("gradescope-zip", short_help="Write the Gradescope autograder zip.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=Path("gradescope-autograder.zip"),
+              show_default=True, help="Where to write the zip.")
+@click.option("--torch-version", default=TORCH_VERSION, show_default=True,
+              help="The torch that setup.sh installs (TORCH_VERSION at build time still wins).")
+@click.option("--torch-index-url", default=None, metavar="URL",
+              help="The pip index torch comes from [default: PyTorch's CPU-only index, "
+                   "https://download.pytorch.org/whl/cpu; with --torch-cuda: pip's default index] "
+                   "(TORCH_INDEX_URL at build time still wins).")
+@click.option("--torch-cuda", is_flag=True,
+              help="Install torch with CUDA (pip's default build, several GB), for a Gradescope image with a GPU "
+                   "(TORCH_CUDA=1 at build time does the same).")
+def gradescope_zip(output, torch_version, torch_index_url, torch_cuda):
+    """Write the autograder zip to upload to a Gradescope programming assignment.
+
+    \b
+    At the zip's root: setup.sh (Gradescope runs it once, as root, to build
+    the image: a venv at /autograder/venv with torch, the CPU build unless
+    --torch-cuda, and requirements.txt) and run_autograder (run per
+    submission: grades /autograder/submission and writes
+    /autograder/results/results.json; when the autograder itself cannot run,
+    the results say "Autograder failure, not a grade" and it exits non-zero),
+    with grader_cli.py, requirements.txt, autograder/ and the reference
+    solutions/ (instructor-side: students never see them).
+    """
+    from autograder.gradescope import CPU_INDEX_URL, build_zip
+
+    index = torch_index_url if torch_index_url is not None else ("" if torch_cuda else CPU_INDEX_URL)
+    names = build_zip(output, torch_version=torch_version, torch_index_url=index, cuda=torch_cuda)
+    click.echo(f"wrote {output} ({len(names)} files: {', '.join(n for n in names if '/' not in n)}, "
+               f"autograder/, solutions/)")
+
+
+@cli.command("nbgrader-sync", short_help="Write the hidden graders' scores into nbgrader.")
+@click.argument("course", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--assignment", default="mha", show_default=True, help="The nbgrader assignment name.")
+@click.option("--student", "students", multiple=True, help="Only these students (repeatable); default: all.")
+@click.option("--overwrite-manual", is_flag=True,
+              help="Replace the scores a TA set by hand in formgrader too (by default they are kept, and named).")
+def nbgrader_sync(course, assignment, students, overwrite_manual):
+    """Write the hidden graders' scores into an nbgrader course's gradebook.
+
+    Run it after `nbgrader autograde ASSIGNMENT` in the course folder COURSE.
+    Each submission is graded by the kit (student code in its own process,
+    never in a kernel shared with the graders), and each module's figure
+    (the same as in every other format) goes into the notebook's task cell
+    `<module>-hidden-graders` as its manual score, with the failed checks as
+    the comment. `nbgrader export` then lists the scores. A score a TA set
+    by hand is kept unless --overwrite-manual; the output says which.
+
+    \b
+    Exit status: 0 when every submission was written; 2 when the course,
+    its gradebook or ASSIGNMENT is unknown (the assignments it knows are
+    named), or a grading did not complete (nothing written for it).
+    """
+    from autograder.nbgrader_sync import SyncError, sync_course
+    from autograder.results import safe_line, safe_text
+    from autograder.scoring import fmt
+
+    try:
+        results = sync_course(course, assignment, list(students) or None, overwrite_manual=overwrite_manual)
+    except SyncError as exc:
+        click.echo(f"error: {safe_text(exc, '  ')}", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
+    incomplete = [r for r in results if r.score is None]
+    for r in results:
+        if r.score is None:
+            click.echo(f"{safe_line(r.student)}: not written: the grading did not complete ({r.status}: "
+                       f"{safe_line((r.error.splitlines() or [''])[0])})", err=True)
+            continue
+        modules = ", ".join(f"{m} {fmt(s)}" for m, s in r.modules.items())
+        empty = " (empty: nothing to grade)" if r.status == "empty" else ""
+        click.echo(f"{safe_line(r.student)}: {fmt(r.score)}/100{empty} ({modules})")
+        if r.kept:
+            kept = ", ".join(f"{m} {fmt(s)}" for m, s in r.kept.items())
+            click.echo(f"  kept the score(s) set by hand: {kept} (the gradebook's total: {fmt(r.gradebook_total)}); "
+                       "--overwrite-manual replaces them", err=True)
+    click.echo(f"{len(results) - len(incomplete)} submission(s) written to {course / 'gradebook.db'}")
+    if incomplete:
+        sys.exit(EXIT_CANNOT_RUN)
+
+
+if __name__ == "__main__":
+    cli()

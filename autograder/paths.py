@@ -1,0 +1,19 @@
+"""Where the kit's parts live, and the torch it is tested with: each stated once.
+
+The kit runs from its checkout (`pip install -e .` keeps it there): the graders read the reference solution
+and the released template beside the package, so every root below is found from this file.
+"""
+from pathlib import Path
+
+KIT = Path(__file__).resolve().parent.parent  # the checkout: autograder/, solutions/, student_template/, ...
+PACKAGE = KIT / "autograder"
+GRADERS = PACKAGE / "graders"  # the hidden graders (pytest files), run in the grader process
+SOLUTIONS = KIT / "solutions"  # the reference implementation: instructor-only
+STUDENT_TEMPLATE = KIT / "student_template"  # what students get, written by the release step
+ASSIGNMENTS = KIT / "assignments"  # nbgrader source notebooks
+README = KIT / "README.md"
+
+# The torch the kit is tested with. The Makefile reads this line (TORCH ?= torch==...), and so do the Gradescope
+# set-up and the CLI's defaults; tests/test_layout.py checks that the Classroom templates say the same.
+TORCH_VERSION = "2.13.0"
+TORCH = f"torch=={TORCH_VERSION}"
