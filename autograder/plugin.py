@@ -52,7 +52,7 @@ _FAILURE = pytest.StashKey[str]()  # why the grader could not run student code (
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "grade(points, aspect): points and aspect of a grader test")
+    config.addinivalue_line("markers", "points(points, aspect): what a grader test is worth, and the aspect it checks")
     config.stash[_RESULTS] = []
     config.stash[_TIMES] = {"configured": time.time()}
     fd = config.getoption("key_fd")
@@ -85,7 +85,7 @@ def pytest_collection_modifyitems(session, config, items):
     and the timing runs once the process is quiet.
     """
     def late(item):
-        marker = item.get_closest_marker("grade")
+        marker = item.get_closest_marker("points")
         aspect = marker.kwargs.get("aspect") if marker else None
         return (aspect == "speedup", aspect == "device")
 
@@ -121,7 +121,7 @@ def _message(excinfo):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    marker = item.get_closest_marker("grade")
+    marker = item.get_closest_marker("points")
     if marker is None:
         return
     if call.excinfo is not None and isinstance(call.excinfo.value, GraderUnavailable):

@@ -12,7 +12,7 @@ source notebook in ``assignments/mha/`` (the nbgrader solution cell
 ``synced_sources()``; the student notebooks are what the real nbgrader
 (``nbgrader generate_assignment``) makes of the source notebooks.
 
-Points have one source too: the ``@grade(points, aspect)`` markers of the
+Points have one source too: the ``@points(points, aspect)`` markers of the
 hidden graders (``autograder/graders/test_<module>.py``), read by parsing
 them, never importing them (``grader_points()``). From them the release
 writes each notebook's task cell ``<module>-hidden-graders`` (its nbgrader
@@ -137,16 +137,16 @@ def _call_name(node) -> str | None:
 
 
 def _marker(decorator, where):
-    """(points, aspect) of a `@grade(points, aspect)` or `@pytest.mark.grade(points=..., aspect=...)`
+    """(points, aspect) of a `@points(points, aspect)` or `@pytest.mark.points(points=..., aspect=...)`
     decorator; None for any other decorator."""
-    if not isinstance(decorator, ast.Call) or _call_name(decorator) != "grade":
+    if not isinstance(decorator, ast.Call) or _call_name(decorator) != "points":
         return None
     fields = dict(zip(("points", "aspect"), decorator.args))
     fields.update({k.arg: k.value for k in decorator.keywords if k.arg})
     try:
         points, aspect = ast.literal_eval(fields["points"]), ast.literal_eval(fields["aspect"])
     except (KeyError, ValueError, SyntaxError) as err:
-        raise ValueError(f"{where}: a grade marker whose points and aspect are not literals") from err
+        raise ValueError(f"{where}: a points marker whose points and aspect are not literals") from err
     if isinstance(points, bool) or not isinstance(points, (int, float)) or points <= 0:
         raise ValueError(f"{where}: a grade marker with points {points!r}")
     return points, aspect

@@ -145,7 +145,7 @@ COLD = {
 
 # -- what the hidden graders check ---------------------------------------------------
 def _grader_checks() -> dict[tuple[str, str], float]:
-    """(module, check id) -> points, read from the graders' @grade(points, aspect) decorators."""
+    """(module, check id) -> points, read from the graders' @points(points, aspect) decorators."""
     checks = {}
     for path in sorted(GRADERS.glob("test_*.py")):
         module = path.stem.removeprefix("test_")
@@ -153,7 +153,7 @@ def _grader_checks() -> dict[tuple[str, str], float]:
             if not isinstance(node, ast.FunctionDef) or not node.name.startswith("test_"):
                 continue
             for deco in node.decorator_list:
-                if isinstance(deco, ast.Call) and getattr(deco.func, "id", None) == "grade":
+                if isinstance(deco, ast.Call) and getattr(deco.func, "id", None) == "points":
                     checks[(module, node.name)] = float(ast.literal_eval(deco.args[0]))
     return checks
 

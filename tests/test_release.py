@@ -259,8 +259,8 @@ def test_a_changed_marker_makes_release_check_name_everything_that_shows_points(
     graders = tmp_path / "graders"
     shutil.copytree(release.GRADERS_DIR, graders)
     source = (graders / "test_masks.py").read_text()
-    assert source.count('@grade(3, "mask")') == 1
-    (graders / "test_masks.py").write_text(source.replace('@grade(3, "mask")', '@grade(4, "mask")'))
+    assert source.count('@points(3, "mask")') == 1
+    (graders / "test_masks.py").write_text(source.replace('@points(3, "mask")', '@points(4, "mask")'))
     monkeypatch.setattr(release, "GRADERS_DIR", graders)
     assert release.grader_points()["masks"].points == release.grader_points(release.ROOT / "autograder" / "graders")[
         "masks"].points + 1
@@ -271,9 +271,9 @@ def test_a_changed_marker_makes_release_check_name_everything_that_shows_points(
 
 
 @pytest.mark.parametrize("decorators, error", [
-    ('@pytest.mark.parametrize("n", [1, 2])\n@grade(1, "values")', "run once"),
-    ('@grade(1, "values")\n@grade(2, "values")', "run once"),
-    ("@grade(POINTS, 'values')", "not literals"),
+    ('@pytest.mark.parametrize("n", [1, 2])\n@points(1, "values")', "run once"),
+    ('@points(1, "values")\n@points(2, "values")', "run once"),
+    ("@points(POINTS, 'values')", "not literals"),
 ])
 def test_grader_points_refuses_what_it_cannot_count(tmp_path, decorators, error):
     for module in release.MODULES:
@@ -285,11 +285,11 @@ def test_grader_points_refuses_what_it_cannot_count(tmp_path, decorators, error)
 def test_grader_points_counts_cuda_checks_and_keyword_markers(tmp_path):
     for module in release.MODULES:
         (tmp_path / f"test_{module}.py").write_text(textwrap.dedent('''\
-            @grade(2, "values")
+            @points(2, "values")
             def test_a(student): ...
 
             @needs_cuda
-            @pytest.mark.grade(points=3, aspect="device")
+            @pytest.mark.points(points=3, aspect="device")
             def test_b(student): ...
 
             def test_not_graded(student): ...

@@ -4,7 +4,7 @@ import math
 import torch
 
 from autograder import checks, diagnose
-from autograder.checks import grade, needs_cuda
+from autograder.checks import needs_cuda, points
 from autograder.graders.common import (SEED_001_Q, fixed_device, heatmap, made_on_fixed_device, random_mask,
                                       randn)
 from solutions import attention as ref
@@ -59,7 +59,7 @@ def compare_cases(student, dtype=torch.float32, with_mask=False):
         checks.close(out, ref_out, f"output for {case}", variants=outputs_given(variants, ref_weights))
 
 
-@grade(2, "shape")
+@points(2, "shape")
 def test_output_and_weights_shapes(student):
     """returns output (..., L, d_v) and weights (..., L, S)"""
     q, k, v = qkv((2, 3), 5, 7, 4, 6)
@@ -71,7 +71,7 @@ def test_output_and_weights_shapes(student):
                  variants={n: w for n, (_, w) in variants.items()})
 
 
-@grade(3, "worked-example")
+@points(3, "worked-example")
 def test_worked_example_seed_001(student, record_property):
     """reproduces tutorial 001: b1 = (0.33, 0.67), b2 = (0.50, 0.50)"""
     eye = torch.eye(2)  # K = V = I
@@ -89,13 +89,13 @@ def test_worked_example_seed_001(student, record_property):
                              + checks.likely_bug(got, variants, expected))
 
 
-@grade(3, "values")
+@points(3, "values")
 def test_matches_reference_float32(student):
     """matches softmax(Q K^T / sqrt(d_k)) V on random float32 inputs (batch and head dims, L != S, d_v != d_k)"""
     compare_cases(student)
 
 
-@grade(2, "values")
+@points(2, "values")
 def test_weights_rows_sum_to_one(student):
     """the weights of each query sum to 1 over the keys (softmax over the last dim)"""
     q, k, v = qkv((2,), 3, 5, 4, 6)
@@ -109,13 +109,13 @@ def test_weights_rows_sum_to_one(student):
                              + checks.likely_bug(weights, variants, ref.scaled_dot_product_attention(q, k, v)[1]))
 
 
-@grade(2, "dtype")
+@points(2, "dtype")
 def test_float64_keeps_dtype_and_values(student):
     """float64 inputs give float64 outputs that match the reference"""
     compare_cases(student, dtype=torch.float64)
 
 
-@grade(3, "mask")
+@points(3, "mask")
 def test_masked_positions_get_zero_weight(student, record_property):
     """positions where the mask is False get exactly zero weight"""
     q, k, v = qkv((2,), 4, 6, 8, 8)
@@ -139,13 +139,13 @@ def test_masked_positions_get_zero_weight(student, record_property):
                              + checks.likely_bug(weights, variants, expected))
 
 
-@grade(2, "mask")
+@points(2, "mask")
 def test_masked_values_match_reference(student):
     """with a mask, output and weights match the reference"""
     compare_cases(student, with_mask=True)
 
 
-@grade(1, "mask")
+@points(1, "mask")
 def test_mask_broadcasts_over_batch_and_heads(student):
     """a (L, S) mask applies to every batch and head"""
     q, k, v = qkv((2, 3), 4, 4, 8, 8)
@@ -159,7 +159,7 @@ def test_mask_broadcasts_over_batch_and_heads(student):
                  variants=outputs_given(variants, ref_weights))
 
 
-@grade(2, "dropout")
+@points(2, "dropout")
 def test_dropout_module_applied_to_weights(student):
     """the dropout module is applied to the weights, which then multiply the values"""
     q, k, v = qkv((2,), 3, 4, 4, 5)
@@ -173,7 +173,7 @@ def test_dropout_module_applied_to_weights(student):
                  variants=outputs_given(variants, ref_weights))
 
 
-@grade(1, "inputs")
+@points(1, "inputs")
 def test_inputs_left_unmodified(student):
     """query, key, value and mask are left unmodified"""
     q, k, v = qkv((2,), 3, 5, 4, 6)
@@ -186,7 +186,7 @@ def test_inputs_left_unmodified(student):
         checks.unchanged(got, before, name, variants=scaled if name != "value" else None)
 
 
-@grade(1, "device")
+@points(1, "device")
 def test_runs_on_meta_device(student):
     """runs on the meta device: creates no tensor on a fixed device"""
     q, k, v = (t.to("meta") for t in qkv((2,), 3, 5, 4, 6))
@@ -209,7 +209,7 @@ def check_device(student, device):
 
 
 @needs_cuda
-@grade(1, "device")
+@points(1, "device")
 def test_runs_on_cuda_and_matches_cpu(student):
     """runs on CUDA and matches the CPU reference"""
     check_device(student, "cuda")

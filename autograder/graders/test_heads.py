@@ -2,7 +2,7 @@
 import torch
 
 from autograder import checks, diagnose
-from autograder.checks import grade, needs_cuda
+from autograder.checks import needs_cuda, points
 from autograder.graders.common import fixed_device, made_on_fixed_device, randn
 from solutions import heads as ref
 
@@ -20,7 +20,7 @@ def merge(student, x, **kw):
     return checks.tensor(value, f"merge_heads(x {tuple(x.shape)})"), after
 
 
-@grade(2, "shape")
+@points(2, "shape")
 def test_split_shape(student):
     """split_heads: (B, T, d_model) -> (B, H, T, d_model // H)"""
     x = randn(2, 5, 12)
@@ -28,7 +28,7 @@ def test_split_shape(student):
     checks.shape(out, (2, 3, 5, 4), "split_heads(x (2, 5, 12), 3)", variants=diagnose.split_variants(x, 3))
 
 
-@grade(2, "worked-example")
+@points(2, "worked-example")
 def test_split_worked_example_seed_001(student):
     """reproduces tutorial 001: q1 = (1, 1, 0, 1) gives (1, 1) to head 1 and (0, 1) to head 2"""
     q = torch.tensor([[[1.0, 1.0, 0.0, 1.0]]])  # (B=1, T=1, d_model=4)
@@ -41,7 +41,7 @@ def test_split_worked_example_seed_001(student):
                              + checks.likely_bug(out, diagnose.split_variants(q, 2), ref.split_heads(q, 2)))
 
 
-@grade(2, "values")
+@points(2, "values")
 def test_split_head_h_holds_its_features(student):
     """split_heads: head h holds features h*d_k : (h+1)*d_k of every token"""
     for B, T, d, H in CASES:
@@ -51,7 +51,7 @@ def test_split_head_h_holds_its_features(student):
                      variants=diagnose.split_variants(x, H))
 
 
-@grade(1, "shape")
+@points(1, "shape")
 def test_merge_shape(student):
     """merge_heads: (B, H, T, d_k) -> (B, T, H * d_k)"""
     x = randn(2, 3, 5, 4)
@@ -59,7 +59,7 @@ def test_merge_shape(student):
     checks.shape(out, (2, 5, 12), "merge_heads(x (2, 3, 5, 4))", variants=diagnose.merge_variants(x))
 
 
-@grade(3, "values")
+@points(3, "values")
 def test_merge_inverts_split(student):
     """merge_heads(split_heads(x, H)) gives back x, also for the non-contiguous output of a split"""
     for B, T, d, H in CASES:
@@ -74,14 +74,14 @@ def test_merge_inverts_split(student):
                      variants=diagnose.merge_variants(heads))
 
 
-@grade(1, "errors")
+@points(1, "errors")
 def test_split_raises_value_error(student):
     """split_heads raises ValueError when num_heads does not divide d_model"""
     checks.raises(lambda: student.call("heads", "split_heads", randn(2, 3, 10), 3), "ValueError",
                   "split_heads(x (2, 3, 10), 3)", "3 heads do not divide d_model = 10")
 
 
-@grade(1, "dtype")
+@points(1, "dtype")
 def test_float64_kept(student):
     """split and merge keep float64"""
     x = randn(2, 3, 8, dtype=torch.float64)
@@ -92,7 +92,7 @@ def test_float64_kept(student):
     checks.close(out, x, "merge_heads(x float64 (2, 2, 3, 4))", variants=diagnose.merge_variants(ref.split_heads(x, 2)))
 
 
-@grade(1, "inputs")
+@points(1, "inputs")
 def test_inputs_left_unmodified(student):
     """split and merge leave their input unmodified"""
     x = randn(2, 3, 8)
@@ -103,7 +103,7 @@ def test_inputs_left_unmodified(student):
     checks.unchanged(after[0], heads, "the input of merge_heads")
 
 
-@grade(1, "device")
+@points(1, "device")
 def test_runs_on_meta_device(student):
     """split and merge run on the meta device"""
     x = randn(2, 3, 8).to("meta")
@@ -128,7 +128,7 @@ def check_device(student, device):
 
 
 @needs_cuda
-@grade(1, "device")
+@points(1, "device")
 def test_runs_on_cuda_and_matches_cpu(student):
     """split and merge run on CUDA and match the CPU reference"""
     check_device(student, "cuda")

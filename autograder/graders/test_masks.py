@@ -2,7 +2,7 @@
 import torch
 
 from autograder import checks, diagnose
-from autograder.checks import grade, needs_cuda
+from autograder.checks import needs_cuda, points
 
 SIZES = (1, 2, 4, 7)
 
@@ -12,19 +12,19 @@ def mask(student, seq_len, **kw):
     return checks.tensor(value, f"causal_mask({seq_len})")
 
 
-@grade(1, "shape")
+@points(1, "shape")
 def test_shape(student):
     """causal_mask(T) has shape (T, T)"""
     checks.shape(mask(student, 5), (5, 5), "causal_mask(5)")
 
 
-@grade(1, "dtype")
+@points(1, "dtype")
 def test_dtype_is_bool(student):
     """causal_mask(T) is a bool tensor"""
     checks.dtype(mask(student, 5), torch.bool, "causal_mask(5)")
 
 
-@grade(3, "mask")
+@points(3, "mask")
 def test_values_lower_triangle_with_diagonal(student):
     """True where key j <= query i: the lower triangle, diagonal included"""
     for T in SIZES:
@@ -45,7 +45,7 @@ def diagnosis(student, T=4):
                              torch.ones(T, T).tril().bool())
 
 
-@grade(2, "device")
+@points(2, "device")
 def test_honours_device_argument(student):
     """causal_mask(T, device=...) creates the mask on that device"""
     got = mask(student, 4, device=torch.device("meta"))
@@ -67,7 +67,7 @@ def check_device(student, device):
 
 
 @needs_cuda
-@grade(1, "device")
+@points(1, "device")
 def test_runs_on_cuda(student):
     """causal_mask(T, device='cuda') is on CUDA and has the right values"""
     check_device(student, "cuda")

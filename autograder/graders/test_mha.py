@@ -2,7 +2,7 @@
 import torch
 
 from autograder import checks, diagnose, timing
-from autograder.checks import grade, needs_cuda
+from autograder.checks import needs_cuda, points
 from autograder.graders import blame
 from autograder.graders.common import (SEED_004_FUSED, SEED_004_INPUTS, SEED_004_STACKED, on_device_error,
                                        params_of, randn, seeded)
@@ -190,7 +190,7 @@ def check_device(student, device):
 # -- CausalAttention ------------------------------------------------------------
 
 
-@grade(1, "shape")
+@points(1, "shape")
 def test_causal_attention_shape(student):
     """CausalAttention: (B, T, d_in) -> (B, T, d_out), also for T < context_length"""
     remote, _ = build(student, "CausalAttention", 3, 4, 8)
@@ -198,7 +198,7 @@ def test_causal_attention_shape(student):
     checks.shape(out, (2, 5, 4), "CausalAttention(3, 4, 8) output for x (2, 5, 3)")
 
 
-@grade(1, "structure")
+@points(1, "structure")
 def test_causal_attention_projections(student):
     """CausalAttention has nn.Linear projections Wq, Wk, Wv (d_in -> d_out), with biases when qkv_bias=True"""
     for bias in (False, True):
@@ -206,7 +206,7 @@ def test_causal_attention_projections(student):
         check_structure(remote, ref.CausalAttention(3, 4, 8, qkv_bias=bias), f"CausalAttention(3, 4, 8, qkv_bias={bias})")
 
 
-@grade(2, "values")
+@points(2, "values")
 def test_causal_attention_values(student):
     """CausalAttention matches the reference given the same weights"""
     for args, x in (((3, 4, 6), randn(2, 6, 3)), ((8, 4, 10, 0.0, True), randn(3, 7, 8, seed=1))):
@@ -214,14 +214,14 @@ def test_causal_attention_values(student):
         expect_same(remote, reference, x, f"(CausalAttention{args})")
 
 
-@grade(2, "mask")
+@points(2, "mask")
 def test_causal_attention_is_causal(student):
     """CausalAttention: changing tokens after position t changes no output at or before t"""
     remote, _ = build(student, "CausalAttention", 4, 4, 6)
     check_causal(remote, 4, "CausalAttention")
 
 
-@grade(1, "dropout")
+@points(1, "dropout")
 def test_causal_attention_dropout(student):
     """CausalAttention and the stacked module apply dropout to the attention weights, in training mode only"""
     remote, reference = build(student, "CausalAttention", 3, 4, 6, 0.5)
@@ -230,7 +230,7 @@ def test_causal_attention_dropout(student):
     check_dropout_on_weights(remote, reference, 3, 4, "StackedMultiHeadAttention(3, 4, 6, 4 heads)")
 
 
-@grade(1, "device")
+@points(1, "device")
 def test_causal_attention_meta(student):
     """CausalAttention runs on the meta device after .to('meta')"""
     remote, _ = build(student, "CausalAttention", 3, 4, 8)
@@ -240,7 +240,7 @@ def test_causal_attention_meta(student):
 # -- StackedMultiHeadAttention ---------------------------------------------------
 
 
-@grade(1, "shape")
+@points(1, "shape")
 def test_stacked_shape(student):
     """StackedMultiHeadAttention: (B, T, d_in) -> (B, T, num_heads * d_out)"""
     remote, _ = build(student, "StackedMultiHeadAttention", 3, 2, 6, 0.0, 3)
@@ -248,7 +248,7 @@ def test_stacked_shape(student):
     checks.shape(out, (2, 5, 6), "StackedMultiHeadAttention(3, 2, 6, 0.0, 3) output for x (2, 5, 3)")
 
 
-@grade(2, "worked-example")
+@points(2, "worked-example")
 def test_stacked_worked_example_seed_004(student):
     """reproduces tutorial 004's stacked example, all six rows (the first is (0.1855, 0.8812, 1.3211, 0.8098))"""
     g = seeded(123)  # torch.manual_seed(123), then W_query, W_key, W_value = torch.rand(3, 2) per head
@@ -266,14 +266,14 @@ def test_stacked_worked_example_seed_004(student):
             return unless_inherited(remote, batch, out, failure)
 
 
-@grade(2, "values")
+@points(2, "values")
 def test_stacked_values(student):
     """StackedMultiHeadAttention matches the reference given the same weights"""
     remote, reference = build(student, "StackedMultiHeadAttention", 5, 3, 8, 0.0, 4)
     expect_same(remote, reference, randn(2, 7, 5), "(d_in 5, d_out 3, 4 heads)")
 
 
-@grade(2, "structure")
+@points(2, "structure")
 def test_stacked_heads_are_independent(student):
     """StackedMultiHeadAttention keeps num_heads independent CausalAttention heads in `heads`"""
     remote = student.new("mha", "StackedMultiHeadAttention", 3, 2, 6, 0.0, 3)
@@ -286,7 +286,7 @@ def test_stacked_heads_are_independent(student):
                              "CausalAttention for each head")
 
 
-@grade(1, "device")
+@points(1, "device")
 def test_stacked_meta(student):
     """StackedMultiHeadAttention runs on the meta device"""
     remote, _ = build(student, "StackedMultiHeadAttention", 3, 2, 8, 0.0, 2)
@@ -296,7 +296,7 @@ def test_stacked_meta(student):
 # -- MultiHeadAttention (fused) --------------------------------------------------
 
 
-@grade(1, "shape")
+@points(1, "shape")
 def test_fused_shape(student):
     """MultiHeadAttention: (B, T, d_in) -> (B, T, d_out)"""
     remote, _ = build(student, "MultiHeadAttention", 3, 6, 8, 0.0, 3)
@@ -304,7 +304,7 @@ def test_fused_shape(student):
     checks.shape(out, (2, 5, 6), "MultiHeadAttention(3, 6, 8, 0.0, 3) output for x (2, 5, 3)")
 
 
-@grade(2, "structure")
+@points(2, "structure")
 def test_fused_projections(student):
     """MultiHeadAttention has Wq, Wk, Wv (d_in -> d_out) and Wo (d_out -> d_out, with bias)"""
     for bias in (False, True):
@@ -313,7 +313,7 @@ def test_fused_projections(student):
                         f"MultiHeadAttention(3, 4, 6, 0.0, 2, qkv_bias={bias})")
 
 
-@grade(3, "worked-example")
+@points(3, "worked-example")
 def test_fused_worked_example_seed_004(student):
     """reproduces tutorial 004: torch.manual_seed(123); MultiHeadAttention(3, 4, 6, 0.0, 2)"""
     remote = student.new("mha", "MultiHeadAttention", 3, 4, 6, 0.0, 2, seed=123)
@@ -346,7 +346,7 @@ def initial_weights(params, x):
     return {name: clean} if clean is not None else {}
 
 
-@grade(2, "values")
+@points(2, "values")
 def test_fused_values(student):
     """MultiHeadAttention matches the reference given the same weights (float32, with and without qkv bias)"""
     for args, x in (((3, 4, 6, 0.0, 2), randn(2, 6, 3)), ((8, 12, 10, 0.0, 3, True), randn(3, 7, 8, seed=1))):
@@ -354,7 +354,7 @@ def test_fused_values(student):
         expect_same(remote, reference, x, f"(MultiHeadAttention{args})")
 
 
-@grade(2, "values")
+@points(2, "values")
 def test_fused_equals_stacked_with_same_head_weights(student):
     """MultiHeadAttention equals StackedMultiHeadAttention given the same per-head weights and Wo = identity"""
     d_in, head_dim, H = 5, 3, 4
@@ -376,14 +376,14 @@ def test_fused_equals_stacked_with_same_head_weights(student):
         unless_inherited(remote, x, got, failure)
 
 
-@grade(2, "mask")
+@points(2, "mask")
 def test_fused_is_causal(student):
     """MultiHeadAttention: changing tokens after position t changes no output at or before t"""
     remote, _ = build(student, "MultiHeadAttention", 4, 4, 6, 0.0, 2)
     check_causal(remote, 4, "MultiHeadAttention")
 
 
-@grade(1, "dtype")
+@points(1, "dtype")
 def test_fused_float64(student):
     """MultiHeadAttention in float64 (model.double()) gives float64 outputs that match the reference"""
     remote, reference = build(student, "MultiHeadAttention", 3, 4, 6, 0.0, 2)
@@ -391,14 +391,14 @@ def test_fused_float64(student):
     expect_same(remote, reference.double(), randn(2, 6, 3, dtype=torch.float64), "in float64")
 
 
-@grade(1, "errors")
+@points(1, "errors")
 def test_fused_raises_value_error(student):
     """MultiHeadAttention raises ValueError when num_heads does not divide d_out"""
     checks.raises(lambda: student.new("mha", "MultiHeadAttention", 3, 10, 6, 0.0, 3), "ValueError",
                   "MultiHeadAttention(3, 10, 6, 0.0, 3)", "3 heads do not divide d_out = 10")
 
 
-@grade(1, "dropout")
+@points(1, "dropout")
 def test_fused_dropout(student):
     """MultiHeadAttention applies dropout to the attention weights, in training mode only"""
     remote, reference = build(student, "MultiHeadAttention", 3, 16, 6, 0.5, 4)
@@ -408,7 +408,7 @@ def test_fused_dropout(student):
     check_dropout_on_weights(remote, reference, 3, 4, "MultiHeadAttention(3, 16, 6, 4 heads)")
 
 
-@grade(1, "inputs")
+@points(1, "inputs")
 def test_fused_input_unmodified(student):
     """MultiHeadAttention leaves its input unmodified"""
     remote, _ = build(student, "MultiHeadAttention", 3, 4, 6, 0.0, 2)
@@ -417,14 +417,14 @@ def test_fused_input_unmodified(student):
     checks.unchanged(after[0], x, "the input x")
 
 
-@grade(1, "device")
+@points(1, "device")
 def test_fused_meta(student):
     """MultiHeadAttention runs on the meta device"""
     remote, _ = build(student, "MultiHeadAttention", 3, 4, 8, 0.0, 2)
     check_meta(remote, 3, 4, "MultiHeadAttention")
 
 
-@grade(3, "structure")
+@points(3, "structure")
 def test_fused_matmul_count_does_not_grow_with_heads(student):
     """MultiHeadAttention computes all heads with batched products: its matrix-product count does not grow with num_heads"""
     counts = {}
@@ -478,7 +478,7 @@ def inherited_in_timing(student, result, samples=3):
     return found
 
 
-@grade(2, "speedup")
+@points(2, "speedup")
 def test_fused_faster_than_reference_stacked(student, record_property):
     """MultiHeadAttention is at least 3x faster than the reference stacked module (many small heads)"""
     result = speedup_measurement(student, record_property)
@@ -487,7 +487,7 @@ def test_fused_faster_than_reference_stacked(student, record_property):
         f"it is {result.speedup:.2f}x: {result.describe()}")
 
 
-@grade(1, "speedup")
+@points(1, "speedup")
 def test_fused_close_to_reference_fused(student, record_property):
     """MultiHeadAttention is at most 4x slower than the reference fused module"""
     result = speedup_measurement(student, record_property)
@@ -497,7 +497,7 @@ def test_fused_close_to_reference_fused(student, record_property):
 
 
 @needs_cuda
-@grade(1, "device")
+@points(1, "device")
 def test_modules_run_on_cuda_and_match_cpu(student):
     """CausalAttention, StackedMultiHeadAttention and MultiHeadAttention run on CUDA and match the CPU reference"""
     check_device(student, "cuda")

@@ -4,7 +4,7 @@ import math
 import torch
 
 from autograder import checks, diagnose
-from autograder.checks import grade, needs_cuda
+from autograder.checks import needs_cuda, points
 from autograder.graders.common import on_device_error, randn
 from autograder.sandbox import StudentError
 from solutions import positional as ref
@@ -21,14 +21,14 @@ def build(student, *args, **kwargs):
     return student.new("positional", "PositionalEncoding", *args, **kwargs)
 
 
-@grade(1, "shape")
+@points(1, "shape")
 def test_encoding_shape_and_dtype(student):
     """sinusoidal_encoding(T, d) is a float32 tensor (T, d)"""
     got = checks.shape(table(student, 6, 8), (6, 8), "sinusoidal_encoding(6, 8)")
     checks.dtype(got, torch.float32, "sinusoidal_encoding(6, 8)")
 
 
-@grade(2, "worked-example")
+@points(2, "worked-example")
 def test_encoding_first_positions(student):
     """position 0 is (0, 1, 0, 1, ...) and position 1 starts (sin 1, cos 1) = (0.8415, 0.5403)"""
     got = checks.shape(table(student, 4, 8), (4, 8), "sinusoidal_encoding(4, 8)")
@@ -44,7 +44,7 @@ def test_encoding_first_positions(student):
                              f"got {checks.rows(got[1:2, :2])}" + checks.likely_bug(got, variants, expected))
 
 
-@grade(2, "values")
+@points(2, "values")
 def test_encoding_values(student):
     """PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d))"""
     for seq_len, d_model in CASES:
@@ -52,14 +52,14 @@ def test_encoding_values(student):
                      f"sinusoidal_encoding({seq_len}, {d_model})", variants=diagnose.encoding_variants(seq_len, d_model))
 
 
-@grade(1, "errors")
+@points(1, "errors")
 def test_encoding_odd_d_model_raises(student):
     """sinusoidal_encoding raises ValueError for an odd d_model"""
     checks.raises(lambda: student.call("positional", "sinusoidal_encoding", 4, 5), "ValueError",
                   "sinusoidal_encoding(4, 5)", "d_model must be even")
 
 
-@grade(2, "structure")
+@points(2, "structure")
 def test_module_keeps_table_as_buffer_pe(student):
     """PositionalEncoding keeps the table as a buffer named `pe` of shape (max_len, d_model)"""
     state = build(student, 8, max_len=20).state()
@@ -71,7 +71,7 @@ def test_module_keeps_table_as_buffer_pe(student):
                  variants=diagnose.table_variants(20, 8))
 
 
-@grade(2, "values")
+@points(2, "values")
 def test_module_adds_table(student):
     """PositionalEncoding.forward(x) = x + pe[:T]"""
     x = randn(2, 5, 8)
@@ -105,7 +105,7 @@ def promoted_by_pe(remote, x_dtype, out_dtype):
         f"default dtype ({default}); as a buffer it then follows the module's .to(dtype)")
 
 
-@grade(1, "dropout")
+@points(1, "dropout")
 def test_module_dropout(student):
     """PositionalEncoding applies dropout in training mode (dropout=1.0 drops everything)"""
     remote, x = build(student, 8, max_len=20, dropout=1.0), randn(2, 5, 8)
@@ -116,7 +116,7 @@ def test_module_dropout(student):
     checks.close(out, torch.zeros(2, 5, 8), what, variants=undropped)
 
 
-@grade(1, "dtype")
+@points(1, "dtype")
 def test_module_float64(student):
     """PositionalEncoding keeps float64 inputs in float64"""
     x = randn(2, 5, 8, dtype=torch.float64)
@@ -127,7 +127,7 @@ def test_module_float64(student):
                  variants={name: x + table[:5].double() for name, table in diagnose.encoding_variants(5, 8).items()})
 
 
-@grade(1, "device")
+@points(1, "device")
 def test_module_meta(student):
     """PositionalEncoding runs on the meta device after .to('meta')"""
     remote = build(student, 8, max_len=20).to(device="meta")
@@ -165,7 +165,7 @@ def check_device(student, device):
 
 
 @needs_cuda
-@grade(1, "device")
+@points(1, "device")
 def test_module_runs_on_cuda_and_matches_cpu(student):
     """PositionalEncoding runs on CUDA and matches the CPU reference"""
     check_device(student, "cuda")
