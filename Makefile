@@ -12,11 +12,12 @@ STAMP  := $(VENV)/.installed-$(subst =,-,$(TORCH))
 # student processes much of the time. TESTFLAGS= runs them in one process.
 TESTFLAGS ?= -n auto --maxprocesses=4 --dist worksteal
 
-.PHONY: setup demo test release check-template bench lock clean help
+.PHONY: setup demo test test-fast release check-template bench lock clean help
 
 help:
 	@echo "make demo    set up, then grade the reference solution and the example submissions"
 	@echo "make test    set up, then run the kit's whole test suite"
+	@echo "make test-fast  the tests that start no grading and no student process (under a minute)"
 	@echo "make release regenerate student_template/ from solutions/"
 	@echo "make bench   time the grading of one complete submission (median of 5)"
 	@echo "make lock    pin every installed package in requirements.lock (after changing requirements.txt)"
@@ -39,6 +40,10 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest $(TESTFLAGS)
+
+# the unit tier: everything that starts no grading and no student process (tests/conftest.py: the tiers)
+test-fast: setup
+	$(PY) -m pytest $(TESTFLAGS) -m "not grading"
 
 release: setup
 	$(PY) grader_cli.py release

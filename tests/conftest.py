@@ -13,6 +13,19 @@ TEMPLATE = ROOT / "student_template"
 MODULES = ("attention", "heads", "masks", "mha", "positional")
 
 
+#: The fixtures that grade or start student processes: a test that uses one is marked `grading` (below).
+GRADING_FIXTURES = {"reference_report", "template_report", "warm_servers", "readable_python", "student_python"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tiers: `make test-fast` runs what starts no grading and no student process (pytest -m "not grading"),
+    `make test` everything. A test is in the grading tier when its file or itself says so
+    (`pytest.mark.grading`) or when it uses a fixture of GRADING_FIXTURES."""
+    for item in items:
+        if GRADING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.grading)
+
+
 @pytest.fixture(scope="session")
 def reference_report():
     """The reference solution, graded once for the session."""

@@ -104,6 +104,8 @@ from autograder.formats import render
 from tests.conftest import ATTACK_FIGURES, ROOT, SOLUTIONS, TEMPLATE
 from tests.corpus import ATTACK_KINDS, MODULES, NEEDS, CorpusError, PatchError, load_attacks, materialize
 
+pytestmark = pytest.mark.grading  # every test here grades or starts student processes
+
 ATTACKS = load_attacks()
 GRADERS = ROOT / "autograder" / "graders"
 CANARY_NAME = "MHA_CANARY_TOKEN"

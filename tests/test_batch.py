@@ -17,6 +17,8 @@ from grader_cli import cli
 from tests.conftest import MODULES, SOLUTIONS, TEMPLATE
 from tests.corpus import load_corpus, materialize
 
+pytestmark = pytest.mark.grading  # every test here grades or starts student processes
+
 
 @pytest.fixture(scope="module")
 def classroom(tmp_path_factory):

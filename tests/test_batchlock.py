@@ -20,6 +20,8 @@ from autograder import batchlock, freeze, timing
 from autograder.sandbox import Sandbox
 from tests.conftest import SOLUTIONS
 
+pytestmark = pytest.mark.grading  # every test here grades or starts student processes
+
 NEIGHBOUR = ("import subprocess, sys, time\n"
              "subprocess.Popen([sys.executable, '-c', 'while True: pass'], start_new_session=True)\n"
              "time.sleep(600)\n")

@@ -1,8 +1,11 @@
 """grader_cli.py bench: the side-by-side table and the plot."""
+import pytest
 from click.testing import CliRunner
 
 from grader_cli import cli
 from tests.conftest import SOLUTIONS
+
+pytestmark = pytest.mark.grading  # every test here grades or starts student processes
 
 
 def test_bench_prints_table_and_writes_plot(tmp_path):

@@ -11,6 +11,8 @@ import pytest
 from autograder.engine import grade
 from tests.conftest import SOLUTIONS
 
+pytestmark = pytest.mark.grading  # every test here grades or starts student processes
+
 COMPOSED_IMPORTS = '''from attention import scaled_dot_product_attention
 from heads import merge_heads, split_heads
 from masks import causal_mask

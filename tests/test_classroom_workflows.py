@@ -61,6 +61,7 @@ def test_the_students_run_moves_the_kit_out_before_grading():
     assert '"$MHA_KIT/grader_cli.py" grade .' in steps[names.index("Grade")]["run"]
 
 
+@pytest.mark.grading
 def test_links_to_the_kit_grade_as_nothing_once_the_kit_is_moved_out(tmp_path):
     """The Classroom attack: relative links 0N_x.ipynb -> .mha-kit/assignments/mha/0N_x.ipynb (the instructor's
     source notebooks, solutions included), no change under .github. After the workflow's move step, they point

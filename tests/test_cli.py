@@ -116,6 +116,7 @@ def test_unreadable_zip_report_is_empty_names_the_id_and_never_the_path(tmp_path
         assert (data["extra_data"]["status"] if fmt == "gradescope" else data["status"]) == "empty"
 
 
+@pytest.mark.grading
 def test_min_score_exit_1_and_gradescope_file(tmp_path):
     out = tmp_path / "results" / "results.json"
     result = run("grade", TEMPLATE, "--format", "gradescope", "--output", out, "--min-score", 50)
@@ -127,6 +128,7 @@ def test_min_score_exit_1_and_gradescope_file(tmp_path):
     assert all(t["score"] == 0 for t in data["tests"])
 
 
+@pytest.mark.grading
 def test_zip_of_a_folder_is_graded_like_the_folder(tmp_path):
     archive = tmp_path / "submission.zip"
     with zipfile.ZipFile(archive, "w") as zf:
@@ -138,6 +140,7 @@ def test_zip_of_a_folder_is_graded_like_the_folder(tmp_path):
     assert json.loads(result.output)["score"] == 100
 
 
+@pytest.mark.grading
 def test_partial_submission_loses_only_the_missing_modules(tmp_path):
     shutil.copy(SOLUTIONS / "masks.py", tmp_path / "masks.py")
     shutil.copy(SOLUTIONS / "heads.py", tmp_path / "heads.py")

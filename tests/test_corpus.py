@@ -17,6 +17,8 @@ from solutions import mha as ref_mha
 from tests.conftest import SOLUTIONS
 from tests.corpus import load_corpus, materialize
 
+pytestmark = pytest.mark.grading  # every test here grades or starts student processes
+
 CORPUS = load_corpus()
 
 

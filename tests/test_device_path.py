@@ -12,6 +12,8 @@ import pytest
 from autograder.sandbox import Sandbox, StudentError
 from tests.conftest import MODULES, SOLUTIONS, TEMPLATE
 
+pytestmark = pytest.mark.grading  # every test here grades or starts student processes
+
 GRADERS = {m: importlib.import_module(f"autograder.graders.test_{m}") for m in MODULES}
 
 

@@ -42,6 +42,8 @@ from autograder.engine import grade
 from autograder.sandbox import GraderUnavailable, choose_isolation
 from tests.conftest import ROOT, SOLUTIONS, SPARE_UID
 
+pytestmark = pytest.mark.grading  # every test here grades or starts student processes
+
 BUGGY = ROOT / "examples" / "buggy-student"
 ROOT_USER = os.geteuid() == 0
 HAS_SETPRIV = shutil.which("setpriv") is not None

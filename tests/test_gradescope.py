@@ -218,6 +218,7 @@ def test_setup_defaults_given_to_build_zip(tmp_path):
 
 # -- run_autograder on real submissions -----------------------------------------
 
+@pytest.mark.grading
 def test_reference_solution_scores_100(gradescope):
     submit_reference(gradescope)
     data, log = run_autograder(gradescope)
@@ -229,6 +230,7 @@ def test_reference_solution_scores_100(gradescope):
     assert sum(Decimal(str(t["max_score"])) for t in data["tests"]) == 100
 
 
+@pytest.mark.grading
 def test_the_readmes_try_out_command_with_a_relative_python(gradescope):
     """Issue 14: `PYTHON=.venv/bin/python .../run_autograder` failed: the script changes folder first."""
     submit_reference(gradescope, attention=[("/ math.sqrt(d_k)", "/ d_k")])
@@ -240,6 +242,7 @@ def test_the_readmes_try_out_command_with_a_relative_python(gradescope):
     assert str(gradescope) not in data["output"] and all(str(gradescope) not in t["output"] for t in data["tests"])
 
 
+@pytest.mark.grading
 def test_buggy_submission_scores_between_0_and_100(gradescope):
     submit_reference(gradescope, attention=[("/ math.sqrt(d_k)", "/ d_k")])
     data, log = run_autograder(gradescope)
@@ -250,6 +253,7 @@ def test_buggy_submission_scores_between_0_and_100(gradescope):
     assert any(t["name"].startswith("attention:") for t in failed)
 
 
+@pytest.mark.grading
 def test_empty_submission_scores_0_and_says_there_is_nothing_to_grade(gradescope):
     data, log = run_autograder(gradescope)
     check_results_format(data)
@@ -287,6 +291,7 @@ def test_an_autograder_that_cannot_run_tells_the_instructor_not_the_student(grad
     assert 'something "quoted" \\ broke' in log and "did not write" in log
 
 
+@pytest.mark.grading
 def test_a_grader_that_cannot_run_student_code_is_an_autograder_failure_not_a_0(gradescope):
     """The student process cannot start (refused on purpose): run_autograder exits non-zero, and the results
     say so, so that Gradescope shows the instructor a failure rather than a grade."""

@@ -378,6 +378,7 @@ def forged(tmp_path_factory):
     return grade(folder, call_timeout=10.0)
 
 
+@pytest.mark.grading
 def test_forged_report_earns_nothing_and_renders_as_the_students_text(forged):
     assert forged.status == "graded", forged.error
     earned, available = forged.modules()["masks"]
@@ -404,6 +405,7 @@ def test_forged_report_earns_nothing_and_renders_as_the_students_text(forged):
     assert not any(raw_controls(v, allowed="") for v in cells.values()), cells
 
 
+@pytest.mark.grading
 def test_grade_all_neutralises_hostile_submission_names(tmp_path):
     """A class with the report-forged-by-formulas case in a folder named =HYPERLINK(...) and an unreadable
     zip whose name holds escapes: the gradebook's cells are text, the terminal gets no raw escape."""

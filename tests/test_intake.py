@@ -297,6 +297,7 @@ def test_a_plain_zip_and_a_plain_folder_are_taken_whole(tmp_path):
 
 
 # -- the report ---------------------------------------------------------------------------------
+@pytest.mark.grading
 def test_a_linked_module_costs_its_own_checks_and_the_report_says_why(tmp_path):
     folder = _reference(tmp_path / "sub")
     (folder / "mha.py").unlink()
@@ -405,6 +406,7 @@ def _template_copy(folder: Path, py_from: Path | None = None, notebooks_from: Pa
     return folder
 
 
+@pytest.mark.grading
 def test_solved_notebooks_beside_untouched_stubs_are_graded_and_the_report_says_so(tmp_path):
     """The notebook trap: a copy of the template with the notebooks solved and the .py stubs left alone."""
     from autograder.release import ASSIGNMENT_DIR, NOTEBOOKS
@@ -530,6 +532,7 @@ def test_links_to_a_sibling_submission_are_not_followed(tmp_path):
 
 
 # -- a folder named like a module or a notebook is a folder ------------------------------------------------
+@pytest.mark.grading
 def test_a_zip_of_one_folder_named_like_a_notebook_is_graded(tmp_path):
     """A zip whose only top folder is `01_attention.ipynb/`, holding a correct submission: graded in full, and
     no message names a path of the grading machine."""

@@ -6,6 +6,7 @@ it, writes the gradebook and says how to resume; a second one stops at once
 and records nothing of the grading it stopped. An interrupted grading is
 never a score, and a second run grades what is left.
 """
+import pytest
 import csv
 import os
 import pty
@@ -17,6 +18,8 @@ import time
 
 from tests.conftest import ROOT, SOLUTIONS
 from tests.corpus import load_corpus, materialize
+
+pytestmark = pytest.mark.grading  # every test here grades or starts student processes
 
 CLASS_SIZE = 4
 SAFETY = 600  # seconds: only so that a broken kit cannot hang the suite; never reached when it works

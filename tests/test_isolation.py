@@ -21,6 +21,8 @@ from autograder.forkserver import Server, Worker
 from autograder.sandbox import Limits, Sandbox, StudentError, probe
 from tests.conftest import SOLUTIONS
 
+pytestmark = pytest.mark.grading  # every test here grades or starts student processes
+
 WHY_NOT = probe("namespaces")
 needs_namespaces = pytest.mark.skipif(WHY_NOT is not None, reason=f"Linux namespaces are not available here: {WHY_NOT}")
 

@@ -16,6 +16,8 @@ import pytest
 from autograder.release import ASSIGNMENT_DIR, NOTEBOOKS, module_cell, nbgrader_env
 from tests.conftest import ROOT, SOLUTIONS
 
+pytestmark = pytest.mark.grading  # every test here grades or starts student processes
+
 
 def nbgrader(course, *args):
     proc = subprocess.run([sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={course}"],

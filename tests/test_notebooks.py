@@ -47,12 +47,14 @@ def test_module_cell_that_does_not_parse_fails_at_import():
         compile(source, "attention.py", "exec")
 
 
+@pytest.mark.grading
 def test_source_notebooks_score_100():
     report = grade(ASSIGNMENT_DIR)
     assert not report.failed(), [f"{t.id}: {t.message}" for t in report.failed()]
     assert report.score == 100
 
 
+@pytest.mark.grading
 def test_untouched_template_notebooks_score_0(tmp_path):
     for name in NOTEBOOKS.values():
         shutil.copy(TEMPLATE / name, tmp_path / name)
@@ -62,6 +64,7 @@ def test_untouched_template_notebooks_score_0(tmp_path):
     assert not [t for t in report.tests if t.grader_error]
 
 
+@pytest.mark.grading
 def test_plots_raising_cells_and_stderr_do_not_cost_points(tmp_path):
     for module, name in NOTEBOOKS.items():
         nb = nbformat.read(ASSIGNMENT_DIR / name, as_version=4)
@@ -76,6 +79,7 @@ def test_plots_raising_cells_and_stderr_do_not_cost_points(tmp_path):
     assert not report.failed(), [f"{t.id}: {t.message}" for t in report.failed()]
 
 
+@pytest.mark.grading
 def test_single_notebook_is_graded_as_its_module():
     report = grade(ASSIGNMENT_DIR / NOTEBOOKS["masks"])
     modules = report.modules()
@@ -83,6 +87,7 @@ def test_single_notebook_is_graded_as_its_module():
     assert all(modules[m][0] == 0 for m in MODULES if m != "masks")
 
 
+@pytest.mark.grading
 def test_unreadable_notebook_costs_its_module_only(tmp_path):
     for name in NOTEBOOKS.values():
         shutil.copy(ASSIGNMENT_DIR / name, tmp_path / name)
@@ -110,6 +115,7 @@ def test_release_notebook_module_cells_are_the_py_stubs():
         assert "raise NotImplementedError()" in cell and "BEGIN SOLUTION" not in cell
 
 
+@pytest.mark.grading
 def test_source_notebooks_run_top_to_bottom(tmp_path):
     """The teaching notebooks run clean with the solutions in place (real kernel, nbclient)."""
     from nbclient import NotebookClient

@@ -53,6 +53,7 @@ def _solution_regions(source):
     return inside, "\n".join(outside)
 
 
+@pytest.mark.grading
 def test_checked_in_template_is_up_to_date():
     drift = release.check_template()
     assert drift == [], f"student_template/ is out of date ({drift}); run `python grader_cli.py release`"
@@ -72,6 +73,7 @@ def test_check_sources_detects_an_edited_module_cell(tmp_path):
     assert release.check_sources(tmp_path / "mha") == [f"assignments/mha/{release.NOTEBOOKS['masks']}"]
 
 
+@pytest.mark.grading
 def test_release_check_cli_exits_0_on_main():
     import subprocess
     import sys
@@ -185,6 +187,7 @@ def test_stub_hides_the_solution_and_keeps_the_docstrings(module, expected):
     assert docstrings(stub_tree) == docstrings(ast.parse(solution))
 
 
+@pytest.mark.grading
 def test_stubs_import_expose_the_contract_and_raise_not_implemented(template_copy):
     checks = {
         "attention.scaled_dot_product_attention": "(torch.ones(1, 2, 4), torch.ones(1, 3, 4), torch.ones(1, 3, 5))",
@@ -255,6 +258,7 @@ def test_the_readme_states_the_markers_points_wherever_it_gives_them():
     assert f"Not graded on this machine ({checks} checks, {cuda:g} points)" in text
 
 
+@pytest.mark.grading
 def test_a_changed_marker_makes_release_check_name_everything_that_shows_points(tmp_path, monkeypatch):
     graders = tmp_path / "graders"
     shutil.copytree(release.GRADERS_DIR, graders)

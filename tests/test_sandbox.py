@@ -11,6 +11,8 @@ import torch
 from autograder import checks
 from autograder.sandbox import MAX_STRIKES, Sandbox, StudentError
 
+pytestmark = pytest.mark.grading  # every test here grades or starts student processes
+
 GOOD_MASKS = "import torch\ndef causal_mask(seq_len, device=None):\n" \
              "    return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()\n"
 

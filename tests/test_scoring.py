@@ -132,6 +132,7 @@ def buggy_report():
     return grade(ROOT / "examples" / "buggy-student")
 
 
+@pytest.mark.grading
 def test_a_real_grading_shows_the_same_figures_in_every_format(buggy_report):
     """Issue 14: the buggy student's figures agree in the text report, JSON, Gradescope, JUnit, the feedback
     and the gradebook row (the nbgrader gradebook: tests/test_nbgrader_course.py)."""
@@ -143,6 +144,7 @@ def test_a_real_grading_shows_the_same_figures_in_every_format(buggy_report):
         assert figures == expected, f"{fmt_name} says {figures}, json says {expected}"
 
 
+@pytest.mark.grading
 def test_the_readme_example_report_is_what_grading_the_buggy_student_prints(buggy_report):
     """Every line of the README's example report (its "..." aside) is a line of the real text report."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")

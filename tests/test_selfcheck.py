@@ -8,6 +8,8 @@ from autograder.release import SELF_CHECK
 from tests.conftest import ROOT, SOLUTIONS, TEMPLATE
 from tests.corpus import load_corpus, materialize
 
+pytestmark = pytest.mark.grading  # every test here grades or starts student processes
+
 
 def check(path):
     return subprocess.run([sys.executable, "grader_cli.py", "check", str(path)], cwd=ROOT, capture_output=True,

@@ -49,6 +49,7 @@ def speedup_results(folder):
     return results
 
 
+@pytest.mark.grading
 @pytest.mark.parametrize("patch_timers", [False, True], ids=["sleeps", "sleeps-and-patches-timers"])
 def test_sleeping_fused_module_fails_both_speedup_checks(tmp_path, patch_timers):
     results = speedup_results(fused_variant(tmp_path, patch_timers=patch_timers))
@@ -57,6 +58,7 @@ def test_sleeping_fused_module_fails_both_speedup_checks(tmp_path, patch_timers)
         assert "us per forward pass" in test.message and "your fused" in test.message, (test.id, test.message)
 
 
+@pytest.mark.grading
 def test_loop_over_heads_fails_both_speedup_checks(tmp_path):
     case = next(c for c in load_corpus()["bug"] if c.id == "mha-fused-loop-over-heads")
     results = speedup_results(materialize(case, tmp_path / case.id, SOLUTIONS))
@@ -126,6 +128,7 @@ for _table in [o for o in _gc.get_objects() if isinstance(o, dict) and "time" in
 '''
 
 
+@pytest.mark.grading
 def test_a_timed_block_that_skips_its_work_fails_both_speedup_checks(tmp_path):
     """Student code can replace the request handler of its own process; the outputs it then returns give it away."""
     folder = fused_variant(tmp_path, patch_timers=False)
@@ -135,6 +138,7 @@ def test_a_timed_block_that_skips_its_work_fails_both_speedup_checks(tmp_path):
         assert "did not all return the output of the reference fused module" in test.message, test.message
 
 
+@pytest.mark.grading
 def test_speed_is_graded_for_a_correct_fused_module_only(tmp_path):
     """A fast fused module with wrong values (no 1/sqrt(head_dim)) gets no speedup points, and is told why."""
     case = next(c for c in load_corpus()["bug"] if c.id == "mha-fused-scale-by-dout")
