@@ -141,3 +141,85 @@ def test_python_dash_m_autograder_is_the_command_line(tmp_path):
     assert shown.returncode == 0 and shown.stdout.startswith("mha-kit "), shown.stdout + shown.stderr
     shim = _run(str(ROOT / "grader_cli.py"), "--version", cwd=tmp_path)
     assert shim.stdout == shown.stdout, "expected grader_cli.py and python -m autograder to be one command line"
+
+
+# ---- the layers: every import goes down or sideways, never up ---------------------------------------------
+
+#: The kit's modules, bottom up. A module imports only from its own layer or the ones below it; a new module
+#: must be placed here (the test names it), which is where its place in the architecture is decided.
+LAYERS = [
+    ("foundations: stdlib only, no other module of the kit",
+     {"autograder", "autograder.paths", "autograder.scoring", "autograder.wire", "autograder.freeze",
+      "autograder.diskguard", "autograder.landlock", "autograder.forkserver", "autograder.released",
+      "autograder.diagnose", "autograder.student_process", "autograder.selfcheck", "autograder.graders.common"}),
+    ("the submission and its sandbox: intake, the student process's client, its limits and measurements",
+     {"autograder.notebooks", "autograder.intake", "autograder.batchlock", "autograder.sandbox", "autograder.timing"}),
+    ("the report: the model and its formats",
+     {"autograder.results", "autograder.ci_formats", "autograder.feedback", "autograder.formats"}),
+    ("grading: the hidden graders, their checks and plugin, the engine",
+     {"autograder.checks", "autograder.plugin", "autograder.engine", "autograder.bench", "autograder.graders",
+      "autograder.graders.blame", "autograder.graders.test_attention", "autograder.graders.test_heads",
+      "autograder.graders.test_masks", "autograder.graders.test_mha", "autograder.graders.test_positional"}),
+    ("a class and the platforms: grade-all, the release step, Gradescope, nbgrader",
+     {"autograder.batch", "autograder.release", "autograder.gradescope", "autograder.nbgrader_sync"}),
+    ("the command line", {"autograder.cli", "autograder.__main__", "grader_cli"}),
+]
+
+
+def test_every_module_of_the_kit_has_its_layer():
+    placed = [m for _, modules in LAYERS for m in modules]
+    assert len(placed) == len(set(placed)), "expected each module in one layer"
+    unplaced = sorted(set(_kit_modules()) - set(placed))
+    gone = sorted(set(placed) - set(_kit_modules()))
+    assert not unplaced and not gone, (f"expected every module of the kit in LAYERS (tests/test_layout.py): "
+                                       f"not placed {unplaced}, placed but gone {gone}")
+
+
+def upward_imports(graph) -> list[str]:
+    layer = {m: i for i, (_, modules) in enumerate(LAYERS) for m in modules}
+    return [f"{a} ({LAYERS[layer[a]][0].split(':')[0]}) imports {b} ({LAYERS[layer[b]][0].split(':')[0]})"
+            for a in sorted(graph) for b in sorted(graph[a]) if a in layer and b in layer and layer[b] > layer[a]]
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    found = upward_imports(import_graph())
+    assert not found, "expected every import to go down or sideways, found:\n" + "\n".join(found)
+
+
+def test_the_layer_check_sees_an_upward_import():
+    assert upward_imports({"autograder.scoring": {"autograder.cli"}}) == [
+        "autograder.scoring (foundations) imports autograder.cli (the command line)"]
+
+
+def test_the_foundations_import_no_module_of_the_kit():
+    """The student process loads some of them by path under `python -I`, before it confines itself."""
+    graph = import_graph()
+    found = {m: sorted(graph[m]) for m in LAYERS[0][1] if graph.get(m)}
+    assert not found, f"expected the foundations to import nothing of the kit, found {found}"
+
+
+def _readme_layout() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return text[text.index("## Layout\n"):].split("\n## ", 1)[0]
+
+
+def test_the_readmes_layout_table_names_every_folder_and_module():
+    """What the table says is there, is there; and what is there, the table says."""
+    import re
+    import subprocess
+    layout = _readme_layout()
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    if not tracked:  # not a git checkout (an unpacked copy): the folders themselves
+        tracked = [p.name for p in ROOT.iterdir() if p.name not in {".git", ".venv", ".pytest_cache", "__pycache__"}]
+    top = {name.split("/")[0] for name in tracked} - {".gitignore", "README.md"}
+    missing = sorted(name for name in top if f"`{name}" not in layout)
+    assert not missing, f"expected the README's layout table to name every top-level entry, missing {missing}"
+    modules = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
+               if "__pycache__" not in p.parts and p.name != "__init__.py" and not p.name.startswith("test_")}
+    unnamed = sorted(m for m in modules if f"`{m}`" not in layout)
+    assert not unnamed, f"expected the README's layout table to name every module of autograder/, missing {unnamed}"
+    named = set(re.findall(r"`([\w./-]+)`", layout))
+    paths = {p.relative_to(ROOT).as_posix() + ("/" if p.is_dir() else "") for p in ROOT.rglob("*") if ".venv" not in p.parts}
+    gone = sorted(n for n in named if n.endswith((".py", "/")) and len(n) > 3
+                  and not any(p == n or p.endswith("/" + n) for p in paths))
+    assert not gone, f"expected every path of the README's layout table to exist, found gone {gone}"
