@@ -41,6 +41,7 @@ from pathlib import Path
 
 from autograder import MODULES, __version__, batchlock, intake
 from autograder.engine import SubmissionError, WarmServers, grade
+from autograder.files import write_atomic
 from autograder.formats import render
 from autograder.paths import KIT
 from autograder.results import GradeReport, csv_cell, csv_value, safe_line
@@ -227,13 +228,6 @@ def discover(folder: Path) -> list[tuple[str, Path]]:
     return sorted((p.name, p) for p in Path(folder).iterdir() if not p.name.startswith((".", "__MACOSX")))
 
 
-def _write_atomic(path: Path, text: str):
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
 def read_gradebook(out: Path) -> dict[str, Row]:
     path = Path(out) / GRADEBOOK
     if not path.is_file():
@@ -249,7 +243,7 @@ def write_gradebook(out: Path, rows: dict[str, Row]):
     writer.writeheader()
     for key in sorted(rows):
         writer.writerow(rows[key].as_csv())
-    _write_atomic(Path(out) / GRADEBOOK, buf.getvalue())
+    write_atomic(Path(out) / GRADEBOOK, buf.getvalue())
 
 
 def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: float = 10.0, *,
@@ -298,9 +292,9 @@ def _write_report(report, sub_id, out, start, stopped=None):
     report.submission = sub_id
     folder = output_folder(out, sub_id)
     folder.mkdir(parents=True, exist_ok=True)
-    _write_atomic(folder / "results.json", render(report, "gradescope") + "\n")
-    _write_atomic(folder / "feedback.md", render(report, "markdown"))
-    _write_atomic(folder / "feedback.html", render(report, "html"))
+    write_atomic(folder / "results.json", render(report, "gradescope") + "\n")
+    write_atomic(folder / "feedback.md", render(report, "markdown"))
+    write_atomic(folder / "feedback.html", render(report, "html"))
     return row_from_report(report, time.monotonic() - start)
 
 

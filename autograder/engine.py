@@ -15,14 +15,11 @@ its own checks, with the reason as their message.
 """
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 import re
 import secrets
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -33,10 +30,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from autograder import MODULES, batchlock, intake
+from autograder.files import read_signed
 from autograder.intake import MAX_UNZIPPED, SubmissionError  # noqa: F401  (the engine's names, as before)
 from autograder.notebooks import missing_message, module_of, notebook_source
-from autograder.paths import GRADERS, KIT as ROOT
+from autograder.paths import GRADERS
 from autograder.results import GradeReport, TestResult
+from autograder.sandbox import grader_env, student_env
 from autograder.scoring import nothing_to_grade
 
 
@@ -185,12 +184,10 @@ class WarmServers:
 
     def __init__(self, python=None):
         from autograder.forkserver import Server
-        from autograder.sandbox import _child_env
-
         self.grader = Server("grader", env=grader_env(), preload=GRADER_PRELOAD)
         self._home = tempfile.mkdtemp(prefix="mha-zygote-home-")  # the student processes' HOME: removed at close
         try:
-            self.zygote = Server("student", env=_child_env(self._home), isolated=True,
+            self.zygote = Server("student", env=student_env(self._home), isolated=True,
                                  python=python or sys.executable)
         except BaseException:
             self.grader.close()
@@ -213,16 +210,6 @@ class WarmServers:
 #: checks and diagnoses, the graders' helpers, the timing and the reference solution.
 GRADER_PRELOAD = ("torch", "autograder.plugin", "autograder.checks", "autograder.diagnose",
                   "autograder.graders.common", "autograder.timing", "solutions")
-
-GRADER_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
-              "VIRTUAL_ENV", "MHA_REFUSE", "MHA_BATCH_DIR")
-
-
-def grader_env():
-    """The environment of the grading processes: what Python needs, and no tokens or CI secrets."""
-    env = {k: os.environ[k] for k in GRADER_ENV if k in os.environ}
-    return {**env, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
-
 
 def _key_pipe(key):
     """A pipe holding `key`: its read end, for the graders to read the key that signs their results."""
@@ -356,7 +343,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
         except subprocess.TimeoutExpired:
             report.status, report.error = "timeout", f"grading did not finish within {timeout:g} s"
             log = ""
-        data = _signed_results(results_file, key)
+        data = read_signed(results_file, key)
         if data is False:
             report.status, report.error = "error", ("the results file was not written by the graders (its "
                                                     "signature does not match): nothing of it is used")
@@ -377,23 +364,6 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
     if report.timings:
         report.timings["total"] = round(report.execution_time, 3)
     return report
-
-
-def _signed_results(path, key):
-    """The graders' results: None when there are none, False when they are not signed with `key`."""
-    try:  # a regular file, never a link or a FIFO planted to hang or feed the engine
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return False
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
-        signature, _, payload = fh.read().partition(b"\n")
-    if not hmac.compare_digest(signature, hmac.new(key, payload, hashlib.sha256).hexdigest().encode()):
-        return False
-    return json.loads(payload)
 
 
 def _error_lines(log):

@@ -8,19 +8,17 @@ the results as JSON for the engine.
 """
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 import resource
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from autograder import batchlock, checks
+from autograder.files import write_signed
 from autograder.sandbox import LEVELS, GraderUnavailable, Limits, Sandbox, StudentError
 
 _SANDBOX = pytest.StashKey[Sandbox]()
@@ -186,13 +184,7 @@ def pytest_sessionfinish(session, exitstatus):
         failure = config.stash.get(_FAILURE, None)
         if failure is not None:
             extra["grader_failure"] = failure
-        payload = json.dumps({"tests": config.stash[_RESULTS], **extra}).encode()
-        key = config.stash.get(_KEY, b"")
-        signature = hmac.new(key, payload, hashlib.sha256).hexdigest()
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".results-")  # O_EXCL: a new file
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(signature.encode() + b"\n" + payload)
-        os.replace(tmp, path)
+        write_signed(os.path.abspath(path), config.stash.get(_KEY, b""), {"tests": config.stash[_RESULTS], **extra})
 
 
 @pytest.hookimpl(trylast=True)

@@ -119,12 +119,27 @@ class StudentError(Exception):
         return self.kind == "raised" and name in self.mro
 
 
-def _child_env(home):
-    keep = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
-    env = {k: os.environ[k] for k in keep if k in os.environ}
+# The environments of the kit's processes, as allow-lists: no token or CI secret of the grading machine
+# reaches a process that does not need it, and none reaches student code.
+#: what a student process keeps of the grader's environment (its HOME and TMPDIR are its own)
+STUDENT_ENV = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
+#: what the trusted grader processes keep (the hidden graders, run by pytest): also the venv, the kit's test
+#: switches (MHA_REFUSE) and the batch's folder of measurements (MHA_BATCH_DIR)
+GRADER_ENV = (*STUDENT_ENV, "HOME", "TMPDIR", "VIRTUAL_ENV", "MHA_REFUSE", "MHA_BATCH_DIR")
+
+
+def student_env(home) -> dict[str, str]:
+    """The environment of a student process: STUDENT_ENV, its own HOME, one thread per library."""
+    env = {k: os.environ[k] for k in STUDENT_ENV if k in os.environ}
     env.update(HOME=str(home), TMPDIR=str(home), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")
     return env
+
+
+def grader_env() -> dict[str, str]:
+    """The environment of the grading processes: GRADER_ENV, and imports that start at the kit's root."""
+    env = {k: os.environ[k] for k in GRADER_ENV if k in os.environ}
+    return {**env, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def refusals(probe):
@@ -197,7 +212,7 @@ def _probe(level, python):
         try:
             proc = subprocess.Popen([python, "-I", str(CHILD), json.dumps(config)], stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=tmp / "work",
-                                    env=_child_env(tmp / "home"), start_new_session=True)
+                                    env=student_env(tmp / "home"), start_new_session=True)
         except OSError as exc:
             return f"cannot start {python}: {exc}"
         try:
@@ -347,7 +362,7 @@ class Sandbox:
         self._log_mark = self._log.stat().st_size if self._log.exists() else 0
         config = {"log": str(self._log), "cwd": str(self._work), "home": str(self._home), "root": str(root),
                   "isolation": self.level, "limits": asdict(self.limits), "writable": WRITABLE,
-                  "env": _child_env(self._home),
+                  "env": student_env(self._home),
                   "forbidden": forbidden_paths(self.submission, *filter(None, [self.intake.get("source")])),
                   "refuse": refusals(False)}
         self._proc = None

@@ -149,7 +149,7 @@ def test_python_dash_m_autograder_is_the_command_line(tmp_path):
 #: must be placed here (the test names it), which is where its place in the architecture is decided.
 LAYERS = [
     ("foundations: stdlib only, no other module of the kit",
-     {"autograder", "autograder.paths", "autograder.scoring", "autograder.wire", "autograder.freeze",
+     {"autograder", "autograder.paths", "autograder.files", "autograder.scoring", "autograder.wire", "autograder.freeze",
       "autograder.diskguard", "autograder.landlock", "autograder.forkserver", "autograder.released",
       "autograder.diagnose", "autograder.student_process", "autograder.selfcheck", "autograder.graders.common"}),
     ("the submission and its sandbox: intake, the student process's client, its limits and measurements",
