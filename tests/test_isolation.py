@@ -315,12 +315,12 @@ def test_forged_results_files_are_never_believed(tmp_path, monkeypatch, student_
 
 
 def test_results_are_signed_with_a_key_that_only_the_engine_has(tmp_path):
-    from autograder.engine import _signed_results
+    from autograder.files import read_signed
 
     path = tmp_path / "results.json"
     path.write_text('{"tests": []}')
-    assert _signed_results(path, b"k" * 32) is False
-    assert _signed_results(tmp_path / "missing.json", b"k" * 32) is None
+    assert read_signed(path, b"k" * 32) is False
+    assert read_signed(tmp_path / "missing.json", b"k" * 32) is None
 
 
 DAEMON = '''import os, time, torch
