@@ -363,23 +363,29 @@ def release(check):
 
     \b
     1. The module cell of each source notebook in assignments/mha/ is
-       copied from solutions/<module>.py (the one place the code lives).
-    2. The real `nbgrader generate_assignment` makes the student notebooks.
-    3. The .py stubs are rendered from solutions/: each
+       copied from solutions/<module>.py (the one place the code lives),
+       and its task cell states the graders' points.
+    2. The kit's generated files follow: the self-check's points, the
+       README's points table, autograder/released.py.
+    3. student_template/: the .py stubs rendered from solutions/ (each
        `### BEGIN SOLUTION` ... `### END SOLUTION` region becomes
-       `raise NotImplementedError()`, as nbgrader does; docstrings stay.
+       `raise NotImplementedError()`, as nbgrader does; docstrings stay),
+       and the student notebooks that the real `nbgrader
+       generate_assignment` makes.
+
+    --check walks the same steps and changes nothing.
     """
     from autograder import release as rel
 
     if check:
-        stale = rel.check_sources() + [f"student_template/{n}" for n in rel.check_template()]
+        stale = rel.check()
         if stale:
             click.echo("out of date: " + ", ".join(stale), err=True)
             click.echo("run: python grader_cli.py release", err=True)
             sys.exit(1)
         click.echo("assignments/ and student_template/ are up to date")
         return
-    changed = rel.write_sources() + [f"student_template/{n}" for n in rel.write_template()]
+    changed = rel.write()
     click.echo(f"wrote {', '.join(changed)}" if changed else "assignments/ and student_template/ already up to date")
 
 

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from typing import Callable
 from pathlib import Path
 
 from autograder import MODULES
@@ -502,74 +503,89 @@ def expected_template() -> dict[str, str]:
     return files
 
 
+@dataclass(frozen=True)
+class Step:
+    """One step of the release: the files it makes (name under `folder` -> text). `release` writes what differs,
+    `release --check` names it, both walking the same STEPS in the same order. With `prune`, the folder is the
+    step's alone: any other file of a generated kind (.py, .md, .ipynb) in it is stale, and removed."""
+
+    what: str
+    folder: Path
+    shown_as: str  # how its file names are shown: the prefix of the folder in the kit
+    files: Callable[[], dict[str, str]]
+    prune: bool = False
+
+    def _extras(self, expected) -> list[Path]:
+        if not self.prune or not self.folder.is_dir():
+            return []
+        return [p for p in self.folder.iterdir() if p.is_file() and p.suffix in _MANAGED_SUFFIXES and p.name not in expected]
+
+    def stale(self) -> list[str]:
+        """The files of this step that are missing, differ, or (with `prune`) should not be there; sorted."""
+        expected = self.files()
+        names = [name for name, text in expected.items()
+                 if not (self.folder / name).is_file() or (self.folder / name).read_bytes() != text.encode("utf-8")]
+        return sorted(names + [p.name for p in self._extras(expected)])
+
+    def write(self) -> list[str]:
+        """Write what differs and remove what is stale; the names written or removed, sorted."""
+        expected = self.files()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        changed = []
+        for name, text in expected.items():
+            path = self.folder / name
+            if not path.is_file() or path.read_bytes() != text.encode("utf-8"):
+                path.write_bytes(text.encode("utf-8"))
+                changed.append(name)
+        for path in self._extras(expected):
+            path.unlink()
+            changed.append(path.name)
+        return sorted(changed)
+
+
+def steps(assignment_dir: Path = ASSIGNMENT_DIR, template_dir: Path = TEMPLATE_DIR) -> list[Step]:
+    """The release, in order, as nbgrader orders its converters' preprocessors:
+
+    1. the source notebooks: each module cell a copy of solutions/<module>.py, each task cell the graders' points;
+    2. the kit's generated files: the self-check's points, the README's points block, autograder/released.py;
+    3. the student template: the .py stubs rendered from solutions/ (each solution region becomes
+       `raise NotImplementedError()`), its README, the self-check, and the student notebooks that the real
+       `nbgrader generate_assignment` makes from the source notebooks.
+    """
+    return [Step("source notebooks", Path(assignment_dir), f"assignments/{ASSIGNMENT}/",
+                 lambda: synced_sources(assignment_dir)),
+            Step("the kit's generated files", ROOT, "", generated_files),
+            Step("student template", Path(template_dir), "student_template/", expected_template, prune=True)]
+
+
+def check(**folders) -> list[str]:
+    """`release --check`: what the release would change, in the kit's names, changing nothing ([]: up to date)."""
+    return [step.shown_as + name for step in steps(**folders) for name in step.stale()]
+
+
+def write(**folders) -> list[str]:
+    """`release`: every step's writes, in the kit's names."""
+    return [step.shown_as + name for step in steps(**folders) for name in step.write()]
+
+
 def write_sources(assignment_dir: Path = ASSIGNMENT_DIR) -> list[str]:
-    """Copy solutions/ into the module cells of the source notebooks and the graders' points into their
-    task cells, and write the kit's generated files (`generated_files()`); return the changed names."""
-    changed = []
-    for name, text in synced_sources(assignment_dir).items():
-        path = Path(assignment_dir) / name
-        if path.read_text(encoding="utf-8") != text:
-            path.write_text(text, encoding="utf-8")
-            changed.append(f"assignments/{ASSIGNMENT}/{name}")
-    for name, text in generated_files().items():
-        path = ROOT / name
-        if not path.is_file() or path.read_text(encoding="utf-8") != text:
-            path.write_text(text, encoding="utf-8")
-            changed.append(name)
-    return changed
+    """Steps 1 and 2 (`steps`): the source notebooks and the kit's generated files; the changed names."""
+    return [s.shown_as + n for s in steps(assignment_dir)[:2] for n in s.write()]
 
 
 def check_sources(assignment_dir: Path = ASSIGNMENT_DIR) -> list[str]:
-    """What the release would change outside student_template/, changing nothing: source notebooks whose
-    module cell is not a copy of solutions/, whose task cell does not give the graders' points (or not in
-    nbformat's layout), and stale generated files of the kit (`generated_files()`: the self-check's points,
-    the README's points block, autograder/released.py)."""
-    stale = [f"assignments/{ASSIGNMENT}/{name}" for name, text in synced_sources(assignment_dir).items()
-             if (Path(assignment_dir) / name).read_text(encoding="utf-8") != text]
-    return stale + [name for name, text in generated_files().items()
-                    if not (ROOT / name).is_file() or (ROOT / name).read_text(encoding="utf-8") != text]
-
-
-def _managed_extras(dest: Path, expected: dict[str, str]) -> list[Path]:
-    if not dest.is_dir():
-        return []
-    return [p for p in dest.iterdir() if p.is_file() and p.suffix in _MANAGED_SUFFIXES and p.name not in expected]
+    """What steps 1 and 2 would change, changing nothing: source notebooks whose module cell is not a copy of
+    solutions/ or whose task cell does not give the graders' points, and stale generated files of the kit."""
+    return [s.shown_as + n for s in steps(assignment_dir)[:2] for n in s.stale()]
 
 
 def write_template(dest: Path = TEMPLATE_DIR) -> list[str]:
-    """Write the expected template into ``dest`` and return the changed file names.
-
-    Creates ``dest`` if needed, rewrites only files whose content differs and
-    removes stale generated-kind files (``.py``, ``.md``, ``.ipynb``) that are
-    not part of the template. The returned names (written or removed) are sorted.
-    """
-    dest = Path(dest)
-    expected = expected_template()
-    dest.mkdir(parents=True, exist_ok=True)
-    changed = []
-    for name, content in expected.items():
-        path = dest / name
-        if not path.is_file() or path.read_bytes() != content.encode("utf-8"):
-            path.write_bytes(content.encode("utf-8"))
-            changed.append(name)
-    for path in _managed_extras(dest, expected):
-        path.unlink()
-        changed.append(path.name)
-    return sorted(changed)
+    """Step 3: write the expected template into `dest` (created if needed), rewriting only files that differ
+    and removing stale .py, .md and .ipynb files; the names written or removed, sorted."""
+    return steps(template_dir=dest)[2].write()
 
 
 def check_template(dest: Path = TEMPLATE_DIR) -> list[str]:
-    """Return the sorted names of files in ``dest`` that differ from the expected template.
-
-    Reports missing files, files with different content and unexpected
-    ``.py``/``.md``/``.ipynb`` files. Changes nothing; [] means up to date.
-    """
-    dest = Path(dest)
-    expected = expected_template()
-    drift = [
-        name
-        for name, content in expected.items()
-        if not (dest / name).is_file() or (dest / name).read_bytes() != content.encode("utf-8")
-    ]
-    drift += [p.name for p in _managed_extras(dest, expected)]
-    return sorted(drift)
+    """The sorted names of the files of `dest` that differ from the expected template, are missing, or should
+    not be there; [] means up to date. Changes nothing."""
+    return steps(template_dir=dest)[2].stale()
