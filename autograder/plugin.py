@@ -13,12 +13,14 @@ import os
 import resource
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from autograder import batchlock, checks
 from autograder.files import write_signed
+from autograder.results import TestResult
 from autograder.sandbox import LEVELS, GraderUnavailable, Limits, Sandbox, StudentError
 
 _SANDBOX = pytest.StashKey[Sandbox]()
@@ -128,26 +130,24 @@ def pytest_runtest_makereport(item, call):
         item.session.shouldstop = "the grader cannot run student code"
         return
     if report.when == "call" or (report.when == "setup" and not report.passed):
-        entry = {
-            "id": item.nodeid.split("::")[-1],
-            "name": _title(item),
-            "module": Path(str(item.fspath)).stem.removeprefix("test_"),
-            "aspect": marker.kwargs["aspect"],
-            "points": marker.kwargs["points"],
-            "status": "passed" if report.passed else "skipped" if report.skipped else "failed",
-            "message": "",
-            "grader_error": False,
-            "duration": round(report.duration, 4),
-            "data": {k: v for k, v in report.user_properties},
-        }
+        result = TestResult(  # the report model's own record (autograder/results.py), sent back as its fields
+            id=item.nodeid.split("::")[-1],
+            name=_title(item),
+            module=Path(str(item.fspath)).stem.removeprefix("test_"),
+            aspect=marker.kwargs["aspect"],
+            points=marker.kwargs["points"],
+            status="passed" if report.passed else "skipped" if report.skipped else "failed",
+            duration=round(report.duration, 4),
+            data={k: v for k, v in report.user_properties},
+        )
         notes = checks.take_notes()
         if report.passed:
-            entry["message"] = notes  # e.g. "right given its parts" (autograder/graders/blame.py)
+            result.message = notes  # e.g. "right given its parts" (autograder/graders/blame.py)
         if report.skipped:
-            entry["message"] = call.excinfo.value.msg if call.excinfo else "skipped"
+            result.message = call.excinfo.value.msg if call.excinfo else "skipped"
         elif report.failed and call.excinfo is not None:
-            entry["message"], entry["grader_error"] = _message(call.excinfo)
-        item.config.stash[_RESULTS].append(entry)
+            result.message, result.grader_error = _message(call.excinfo)
+        item.config.stash[_RESULTS].append(asdict(result))
 
 
 _EXIT = pytest.StashKey[int]()
