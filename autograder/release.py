@@ -506,7 +506,7 @@ def expected_template() -> dict[str, str]:
 @dataclass(frozen=True)
 class Step:
     """One step of the release: the files it makes (name under `folder` -> text). `release` writes what differs,
-    `release --check` names it, both walking the same STEPS in the same order. With `prune`, the folder is the
+    `release --check` names it, both walking the same `steps()` in the same order. With `prune`, the folder is the
     step's alone: any other file of a generated kind (.py, .md, .ipynb) in it is stale, and removed."""
 
     what: str
