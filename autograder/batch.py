@@ -52,7 +52,6 @@ GRADEBOOK = "gradebook.csv"
 GRADER_FAILURE = "the grader could not run student code: "  # how the error of such a row begins
 DONE = ("graded", "empty")  # rows a second run keeps while their fingerprint holds; the others are graded again
 COLUMNS = ["id", "total", *MODULES, "status", "isolation", "grading_time_s", "error", "fingerprint"]
-KIT_VERSION = __version__  # `grader_cli.py --version` prints it with torch's and the graders' checksum
 
 
 class Interrupted(KeyboardInterrupt):
@@ -164,7 +163,7 @@ def versions() -> dict:
         torch_version = version("torch")
     except PackageNotFoundError:
         torch_version = "not installed"
-    return {"kit": KIT_VERSION, "torch": torch_version, "python": platform.python_version(),
+    return {"kit": __version__, "torch": torch_version, "python": platform.python_version(),
             "graders_sha256": kit_digest()}
 
 

@@ -35,7 +35,7 @@ from autograder.intake import MAX_UNZIPPED, SubmissionError  # noqa: F401  (the 
 from autograder.notebooks import missing_message, module_of, notebook_source
 from autograder.paths import GRADERS
 from autograder.results import GradeReport, TestResult
-from autograder.sandbox import grader_env, student_env
+from autograder.sandbox import GraderUnavailable, Limits, choose_isolation, grader_env, student_env
 from autograder.scoring import nothing_to_grade
 
 
@@ -211,6 +211,7 @@ class WarmServers:
 GRADER_PRELOAD = ("torch", "autograder.plugin", "autograder.checks", "autograder.diagnose",
                   "autograder.graders.common", "autograder.timing", "solutions")
 
+
 def _key_pipe(key):
     """A pipe holding `key`: its read end, for the graders to read the key that signs their results."""
     read_end, write_end = os.pipe()
@@ -314,8 +315,6 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
     (WarmServers) makes a batch fast. `python` is the interpreter of the
     student process (default: this one; it needs torch).
     """
-    from autograder.sandbox import GraderUnavailable, Limits, choose_isolation
-
     start, wall_start = time.monotonic(), time.time()
     report = GradeReport(submission=submission_id(path))
     limits = limits or Limits()

@@ -19,10 +19,10 @@ def write_atomic(path, data: str | bytes) -> None:
     """Write `data` to `path` through a new file beside it, renamed over it: a reader sees the old file or the
     new one, never half of one (an interrupted grade-all leaves a whole gradebook)."""
     path = Path(path)
+    data = data.encode("utf-8") if isinstance(data, str) else data  # text as it is: no newline translation
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # O_EXCL: a new file, never a link
     try:
-        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w", **({} if isinstance(data, bytes) else
-                                                                         {"encoding": "utf-8", "newline": ""})) as fh:
+        with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
     except BaseException:

@@ -184,7 +184,7 @@ def pytest_sessionfinish(session, exitstatus):
         failure = config.stash.get(_FAILURE, None)
         if failure is not None:
             extra["grader_failure"] = failure
-        write_signed(os.path.abspath(path), config.stash.get(_KEY, b""), {"tests": config.stash[_RESULTS], **extra})
+        write_signed(path, config.stash.get(_KEY, b""), {"tests": config.stash[_RESULTS], **extra})
 
 
 @pytest.hookimpl(trylast=True)

@@ -509,7 +509,6 @@ class Step:
     `release --check` names it, both walking the same `steps()` in the same order. With `prune`, the folder is the
     step's alone: any other file of a generated kind (.py, .md, .ipynb) in it is stale, and removed."""
 
-    what: str
     folder: Path
     shown_as: str  # how its file names are shown: the prefix of the folder in the kit
     files: Callable[[], dict[str, str]]
@@ -552,10 +551,9 @@ def steps(assignment_dir: Path = ASSIGNMENT_DIR, template_dir: Path = TEMPLATE_D
        `raise NotImplementedError()`), its README, the self-check, and the student notebooks that the real
        `nbgrader generate_assignment` makes from the source notebooks.
     """
-    return [Step("source notebooks", Path(assignment_dir), f"assignments/{ASSIGNMENT}/",
-                 lambda: synced_sources(assignment_dir)),
-            Step("the kit's generated files", ROOT, "", generated_files),
-            Step("student template", Path(template_dir), "student_template/", expected_template, prune=True)]
+    return [Step(Path(assignment_dir), f"assignments/{ASSIGNMENT}/", lambda: synced_sources(assignment_dir)),
+            Step(ROOT, "", generated_files),
+            Step(Path(template_dir), "student_template/", expected_template, prune=True)]
 
 
 def check(**folders) -> list[str]:
@@ -566,11 +564,6 @@ def check(**folders) -> list[str]:
 def write(**folders) -> list[str]:
     """`release`: every step's writes, in the kit's names."""
     return [step.shown_as + name for step in steps(**folders) for name in step.write()]
-
-
-def write_sources(assignment_dir: Path = ASSIGNMENT_DIR) -> list[str]:
-    """Steps 1 and 2 (`steps`): the source notebooks and the kit's generated files; the changed names."""
-    return [s.shown_as + n for s in steps(assignment_dir)[:2] for n in s.write()]
 
 
 def check_sources(assignment_dir: Path = ASSIGNMENT_DIR) -> list[str]:

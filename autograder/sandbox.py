@@ -37,8 +37,8 @@ from pathlib import Path
 
 from autograder import LEVELS, MODULES, batchlock, intake as _intake, wire
 from autograder.diskguard import DiskGuard
-from autograder.paths import KIT as ROOT
 from autograder.forkserver import Worker
+from autograder.paths import KIT as ROOT
 
 REMEDY = {
     "namespaces": ("allow user namespaces (on Ubuntu 23.10 and later: sudo sysctl -w "

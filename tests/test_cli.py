@@ -43,12 +43,13 @@ def test_command_summaries_are_whole_and_grade_names_notebooks():
 
 
 def test_version_names_the_kit_torch_and_the_graders_checksum():
+    import autograder
     from autograder import batch
 
     result = run("--version")
     assert result.exit_code == 0, result.output
     torch_version = importlib.metadata.version("torch")
-    assert f"mha-kit {batch.KIT_VERSION}" in result.output and f"torch {torch_version}" in result.output
+    assert f"mha-kit {autograder.__version__}" in result.output and f"torch {torch_version}" in result.output
     assert f"graders sha256 {batch.kit_digest()}" in result.output
 
 

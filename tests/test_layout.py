@@ -2,8 +2,16 @@
 module that imports it back. Read from the source (every `import` statement, at the top or inside a
 function), so that a cycle cannot hide behind a lazy import."""
 import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
+import autograder
+from autograder.paths import TORCH, TORCH_VERSION
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "autograder"
@@ -91,10 +99,12 @@ def test_every_root_of_the_kit_is_found_in_paths_py_alone():
 def test_the_torch_pin_is_stated_once():
     """autograder/paths.py states it; the Makefile reads it there; what cannot read it (the Classroom templates,
     copied into course repositories) says the same, and no module of the kit repeats the number."""
-    from autograder.paths import TORCH, TORCH_VERSION
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     assert "autograder/paths.py" in makefile and TORCH_VERSION not in makefile, \
         "expected the Makefile to read the torch pin from autograder/paths.py, not to repeat it"
+    setup = subprocess.run(["make", "-n", "-B", "setup", "VENV=/nonexistent-venv"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=60).stdout  # what `make setup` would run, run nothing
+    assert f'"{TORCH}"' in setup, f"expected make setup to install {TORCH}, it would run:\n{setup}"
     for template in sorted((ROOT / "templates" / "github-classroom").glob("*.yml")):
         pins = [line.split("TORCH:")[1].split("#")[0].strip() for line in template.read_text().splitlines()
                 if line.strip().startswith("TORCH:")]
@@ -105,17 +115,12 @@ def test_the_torch_pin_is_stated_once():
 
 
 def _run(*args, cwd):
-    import subprocess
-    import sys
     return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
 def test_the_kit_builds_as_a_package_with_its_command_line_and_graders(tmp_path):
     """pyproject.toml: the wheel of `pip install -e .`'s project holds every module and the graders' pytest.ini,
     the version of autograder/__init__.py, requirements.txt's pins as dependencies, and the `mha-grader` script."""
-    import shutil
-    import zipfile
-    import autograder
     source = tmp_path / "kit"  # a copy: a build writes build/ and *.egg-info beside the project
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".*", "__pycache__", "tests", "examples", "benchmarks"))
     built = _run("-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(source),
@@ -198,6 +203,19 @@ def test_the_foundations_import_no_module_of_the_kit():
     assert not found, f"expected the foundations to import nothing of the kit, found {found}"
 
 
+def _kit_files() -> list[str]:
+    """Every file of the kit, relative to it: git's list (tracked, and new ones not ignored), else the tree."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.split("\n")
+    if any(listed):
+        return [name for name in listed if name]
+    files = []  # not a git checkout (an unpacked copy)
+    for top, dirs, names in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
+        files += [Path(top, n).relative_to(ROOT).as_posix() for n in names]
+    return files
+
+
 def _readme_layout() -> str:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     return text[text.index("## Layout\n"):].split("\n## ", 1)[0]
@@ -205,13 +223,9 @@ def _readme_layout() -> str:
 
 def test_the_readmes_layout_table_names_every_folder_and_module():
     """What the table says is there, is there; and what is there, the table says."""
-    import re
-    import subprocess
     layout = _readme_layout()
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
-    if not tracked:  # not a git checkout (an unpacked copy): the folders themselves
-        tracked = [p.name for p in ROOT.iterdir() if p.name not in {".git", ".venv", ".pytest_cache", "__pycache__"}]
-    top = {name.split("/")[0] for name in tracked} - {".gitignore", "README.md"}
+    files = _kit_files()
+    top = {name.split("/")[0] for name in files} - {".gitignore", "README.md"}
     missing = sorted(name for name in top if f"`{name}" not in layout)
     assert not missing, f"expected the README's layout table to name every top-level entry, missing {missing}"
     modules = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
@@ -219,7 +233,7 @@ def test_the_readmes_layout_table_names_every_folder_and_module():
     unnamed = sorted(m for m in modules if f"`{m}`" not in layout)
     assert not unnamed, f"expected the README's layout table to name every module of autograder/, missing {unnamed}"
     named = set(re.findall(r"`([\w./-]+)`", layout))
-    paths = {p.relative_to(ROOT).as_posix() + ("/" if p.is_dir() else "") for p in ROOT.rglob("*") if ".venv" not in p.parts}
+    paths = set(files) | {name.rsplit("/", i)[0] + "/" for name in files for i in range(1, name.count("/") + 1)}
     gone = sorted(n for n in named if n.endswith((".py", "/")) and len(n) > 3
                   and not any(p == n or p.endswith("/" + n) for p in paths))
     assert not gone, f"expected every path of the README's layout table to exist, found gone {gone}"
