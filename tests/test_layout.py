@@ -204,9 +204,9 @@ def test_the_foundations_import_no_module_of_the_kit():
 
 
 def _kit_files() -> list[str]:
-    """Every file of the kit, relative to it: git's list (tracked, and new ones not ignored), else the tree."""
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.split("\n")
+    """Every file of the kit, relative to it: git's list of tracked files (not what a command left in the
+    checkout, such as bench.png or the Gradescope zip), else the tree."""
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split("\n")
     if any(listed):
         return [name for name in listed if name]
     files = []  # not a git checkout (an unpacked copy)
