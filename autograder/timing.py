@@ -72,6 +72,10 @@ SIZES = {"batch": 2, "tokens": 16, "d_in": 64, "num_heads": 32, "head_dim": 2}
 MIN_SPEEDUP = 3.0  # fused vs the reference stacked module
 MAX_SLOWDOWN = 4.0  # fused vs the reference fused module
 ROUNDS = 5
+#: A try may stop after this many rounds once its figures pass both checks (`measure`'s `enough`): a pass is
+#: decided by each side's best round, so further rounds could only confirm it or, by luck, undo it; a failing
+#: measurement that is only slow takes all ROUNDS and the retries, a wrong one ends at its first mismatched round.
+MIN_ROUNDS = 2
 REPS = 20
 RETRIES = 3
 
@@ -279,7 +283,7 @@ def did_the_work(outputs, reference, xs, mismatched=None):
     return ok
 
 
-def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None) -> Measurement:
+def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, enough=None) -> Measurement:
     """Interleaved rounds of the student's fused module and the two reference modules.
 
     The student's block includes one round trip to its process; each
@@ -293,7 +297,10 @@ def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None) -
     caught. The references are timed with the student's process tree
     frozen; a round in which it used CPU anyway is discarded. In a class
     run (autograder/batchlock.py) the whole measurement holds the batch's
-    lock, with every other submission's process tree stopped.
+    lock, with every other submission's process tree stopped. A try ends
+    after the first round whose outputs differ from the reference (nothing
+    can pass then), or, given `enough` (a predicate on a Measurement, as
+    `passes`), once the figures of MIN_ROUNDS or more rounds satisfy it.
     """
     secret = new_secret() if secret is None else secret
     stacked, fused = reference_modules(device)
@@ -320,16 +327,26 @@ def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None) -
                     details.append(stop.why())
                     continue
                 best = [min(b, t) for b, t in zip(best, (student, ref_stacked, ref_fused, trip))]
+                if r < rounds and (not verified or enough is not None and r >= MIN_ROUNDS and enough(
+                        _figures(best, reps, device, verified, secret, r, discarded, details, load))):
+                    rounds = r  # decided: wrong outputs fail whatever the times; or the figures already pass
+                    break
         finally:
             torch.set_num_threads(threads)
     ran = [f.why().replace("the student's", "another submission's") for f in neighbours if f.clean is False]
     if ran:  # a neighbour of the batch ran anyway (its processes could not all be stopped): nothing vouched
         discarded = rounds
         details.append("; ".join(ran) + " during the measurement")
+    m = _figures(best, reps, device, verified, secret, rounds, discarded, details, load)
+    m.mismatched, m.neighbours = mismatched, len(neighbours)
+    return m
+
+
+def _figures(best, reps, device, verified, secret, rounds, discarded, details, load) -> Measurement:
+    """The Measurement of the best times so far (student, reference stacked, reference fused, serialisation)."""
     student, ref_stacked, ref_fused, trip = best
     return Measurement(student, ref_stacked + trip / reps, ref_fused + trip / reps, device=device, verified=verified,
-                       seeds=(secret,), rounds=rounds, discarded=discarded, details=details, mismatched=mismatched,
-                       neighbours=len(neighbours), load_s=load)
+                       seeds=(secret,), rounds=rounds, discarded=discarded, details=list(details), load_s=load)
 
 
 def passes(m: Measurement) -> bool:
@@ -337,7 +354,8 @@ def passes(m: Measurement) -> bool:
 
 
 def measure_until(fused_remote, passes=passes, device="cpu", retries=RETRIES) -> Measurement:
-    """Measure; while `passes` is false, measure more, at most `retries` times in all.
+    """Measure; while `passes` is false, measure more, at most `retries` times in all (none after a try whose
+    outputs differed from the reference's: `verified` only ever turns false).
 
     The tries accumulate: each module keeps its best time over all rounds so
     far, so a retry sharpens every figure (the references' too) instead of
@@ -348,7 +366,7 @@ def measure_until(fused_remote, passes=passes, device="cpu", retries=RETRIES) ->
     """
     result = None
     for _ in range(retries):
-        m = measure(fused_remote, device)
+        m = measure(fused_remote, device, enough=passes)
         if result is not None:
             m = Measurement(min(m.student_fused, result.student_fused),
                             min(m.reference_stacked, result.reference_stacked),
@@ -358,7 +376,7 @@ def measure_until(fused_remote, passes=passes, device="cpu", retries=RETRIES) ->
                             details=result.details + m.details, mismatched=result.mismatched + m.mismatched,
                             neighbours=max(result.neighbours, m.neighbours), load_s=result.load_s + m.load_s)
         result = m
-        if passes(result):
+        if passes(result) or not result.verified:  # wrong outputs are no noise: another try cannot undo them
             break
     return result
 

@@ -133,6 +133,38 @@ def test_rounds_with_student_cpu_during_the_references_are_discarded(monkeypatch
     assert not timing.passes(m) and m.details == ["the student's processes used 3.0 ms of CPU"] * 2
 
 
+def test_a_passing_try_stops_after_min_rounds_and_a_failing_one_takes_them_all():
+    """`enough` ends a try once MIN_ROUNDS or more rounds pass it; a try it never accepts times every round."""
+    seen = []
+
+    def enough(m):
+        seen.append(m.rounds)
+        return True
+
+    m = timing.measure(_FakeRemote(), rounds=4, reps=2, enough=enough)
+    assert (m.rounds, seen) == (timing.MIN_ROUNDS, [timing.MIN_ROUNDS]), (m.rounds, seen)
+    assert len(m.seeds) == 1 and m.vouched
+    seen.clear()
+    m = timing.measure(_FakeRemote(), rounds=4, reps=2, enough=lambda m: seen.append(m.rounds) or False)
+    assert (m.rounds, seen) == (4, [2, 3]), "expected every round timed, asked after rounds 2 and 3 (not the last)"
+
+
+class _WrongRemote(_FakeRemote):
+    """A fused module whose outputs are off by one: fast, and wrong."""
+
+    def time(self, xs, discard=False):
+        return [out + 1 for out in super().time(xs, discard)]
+
+
+def test_a_try_ends_at_its_first_wrong_round_and_is_not_tried_again():
+    """Wrong outputs are not noise: no later round or retry can make the measurement pass."""
+    m = timing.measure(_WrongRemote(), rounds=4, reps=2, enough=timing.passes)
+    assert (m.rounds, m.verified) == (1, False), (m.rounds, m.verified)
+    assert len(m.mismatched) == 2, "expected the round's mismatched passes kept for the blame check"
+    result = timing.measure_until(_WrongRemote())
+    assert (len(result.seeds), result.verified) == (1, False), "expected one try, not RETRIES"
+
+
 def test_every_try_draws_inputs_nobody_could_predict():
     """Fresh secret seeds per try; each round's inputs come from a hash of it, and round_inputs rebuilds them."""
     seeds = {timing.new_secret() for _ in range(50)}
@@ -151,7 +183,7 @@ def test_retries_record_the_seed_and_rounds_of_every_try(monkeypatch):
     tries = iter([timing.Measurement(1.0, 1.0, 1.0, seeds=(11,), rounds=5, discarded=1, details=["x"]),
                   timing.Measurement(1.0, 1.0, 1.0, seeds=(22,), rounds=5),
                   timing.Measurement(1.0, 1.0, 1.0, seeds=(33,), rounds=5)])
-    monkeypatch.setattr(timing, "measure", lambda remote, device="cpu": next(tries))
+    monkeypatch.setattr(timing, "measure", lambda remote, device="cpu", **_: next(tries))
     result = timing.measure_until(None)
     assert (result.seeds, result.rounds, result.discarded, result.details) == ((11, 22, 33), 15, 1, ["x"])
     assert result.to_dict()["seeds"] == [11, 22, 33]

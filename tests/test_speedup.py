@@ -94,7 +94,7 @@ def test_a_reference_block_is_timed_by_cpu_time_so_time_spent_off_the_cpu_does_n
 def test_measure_until_stops_at_the_first_pass(monkeypatch):
     calls = []
 
-    def fake_measure(remote, device="cpu"):
+    def fake_measure(remote, device="cpu", **_):
         calls.append(device)
         return timing.Measurement(5.0 if len(calls) == 1 else 1.0, 5.0, 1.0)  # the first try was disturbed
 
@@ -110,7 +110,7 @@ def test_retries_keep_every_module_at_its_best_time(monkeypatch):
     """A later try in which the reference happens to run slow cannot make the student's module look fast."""
     tries = iter([timing.Measurement(1.0, 1.0, 1.0), timing.Measurement(1.0, 5.0, 1.0, verified=True),
                   timing.Measurement(1.0, 9.0, 1.0)])
-    monkeypatch.setattr(timing, "measure", lambda remote, device="cpu": next(tries))
+    monkeypatch.setattr(timing, "measure", lambda remote, device="cpu", **_: next(tries))
     result = timing.measure_until(None)
     assert (result.reference_stacked, result.speedup) == (1.0, 1.0)
     assert not result.fast_enough
