@@ -137,9 +137,11 @@ def student_env(home) -> dict[str, str]:
 
 
 def grader_env() -> dict[str, str]:
-    """The environment of the grading processes: GRADER_ENV, and imports that start at the kit's root."""
+    """The environment of the grading processes: GRADER_ENV, imports that start at the kit's root, and no pytest
+    plugin but the ones the engine names (`-p autograder.plugin`): whatever else is installed beside the kit
+    (xdist, anyio, ...) would be imported by every grading and take part in it."""
     env = {k: os.environ[k] for k in GRADER_ENV if k in os.environ}
-    return {**env, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+    return {**env, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
 def refusals(probe):
