@@ -39,7 +39,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder import MODULES, __version__, batchlock, intake
+from autograder import MODULES, __version__, batchlock
+from autograder.submission import intake
 from autograder.engine import SubmissionError, WarmServers, grade
 from autograder.files import write_atomic
 from autograder.formats import render

@@ -366,7 +366,7 @@ def release(check):
        copied from solutions/<module>.py (the one place the code lives),
        and its task cell states the graders' points.
     2. The kit's generated files follow: the self-check's points, the
-       README's points table, autograder/released.py.
+       README's points table, autograder/submission/released.py.
     3. student_template/: the .py stubs rendered from solutions/ (each
        `### BEGIN SOLUTION` ... `### END SOLUTION` region becomes
        `raise NotImplementedError()`, as nbgrader does; docstrings stay),

@@ -7,7 +7,7 @@ process, which in turn runs the student's code in a sandboxed child, and
 returns a GradeReport. It never raises for a bad submission: a crash, a hang
 or a broken zip still yields a report with a status and a message.
 
-The submission is taken in by autograder.intake, into a private copy, before
+The submission is taken in by autograder.submission.intake, into a private copy, before
 anything else reads it: regular files only, never through a symbolic link,
 each within its size limit, a zip checked before it is unpacked. What is left
 out is named in the report (`GradeReport.notes`), and a module left out costs
@@ -29,10 +29,11 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from autograder import MODULES, batchlock, intake
+from autograder import MODULES, batchlock
+from autograder.submission import intake
 from autograder.files import read_signed
-from autograder.intake import MAX_UNZIPPED, SubmissionError  # noqa: F401  (the engine's names, as before)
-from autograder.notebooks import missing_message, module_of, notebook_source
+from autograder.submission.intake import MAX_UNZIPPED, SubmissionError  # noqa: F401  (the engine's names, as before)
+from autograder.submission.notebooks import missing_message, module_of, notebook_source
 from autograder.paths import GRADERS
 from autograder.results import GradeReport, TestResult
 from autograder.sandbox import GraderUnavailable, Limits, choose_isolation, grader_env, student_env
@@ -41,7 +42,7 @@ from autograder.scoring import nothing_to_grade
 
 @dataclass
 class Intake:
-    """A submission as the grader takes it in (autograder.intake): a private folder of its .py modules.
+    """A submission as the grader takes it in (autograder.submission.intake): a private folder of its .py modules.
 
     `notes`: {file of the submission: why it was not graded}, e.g. {"zz.py":
     "zz.py is a symbolic link: not graded ..."}; `missing`: {module: why},
@@ -76,7 +77,7 @@ _DEFAULT_UNZIPPED = intake.MAX_UNZIPPED
 
 @contextmanager
 def _unzipped_cap(max_unzipped):
-    """While intake reads a submission, its cap on the bytes unpacked (autograder.intake.MAX_UNZIPPED) is
+    """While intake reads a submission, its cap on the bytes unpacked (autograder.submission.intake.MAX_UNZIPPED) is
     `max_unzipped`. intake reads the cap from its module constant, so every intake with another cap than the
     constant's is serialised (None or the constant's value: no lock)."""
     if max_unzipped is None or max_unzipped == _DEFAULT_UNZIPPED:
@@ -94,16 +95,16 @@ def _unzipped_cap(max_unzipped):
 def taken(path, max_unzipped=None):
     """Yield an Intake of the submission at `path`: a folder, a zip of one, or a single notebook.
 
-    The folder is always a fresh private copy, made by autograder.intake:
+    The folder is always a fresh private copy, made by autograder.submission.intake:
     regular files only, never through a link, each within its size limit;
     a zip is checked before it is unpacked. A module that the submission has
     only as a notebook (`01_attention.ipynb`) is converted
-    (autograder.notebooks); of a module's two forms, the one with work is
-    taken (autograder.intake.one_form). Raises SubmissionError when `path` cannot be read at all (no such path, not a
+    (autograder.submission.notebooks); of a module's two forms, the one with work is
+    taken (autograder.submission.intake.one_form). Raises SubmissionError when `path` cannot be read at all (no such path, not a
     zip, a zip bomb, too many entries); its message names the submission by
     its id (`submission_id`), never by a path of this machine.
     `max_unzipped`: the most bytes a submission may unpack to (default
-    autograder.intake.MAX_UNZIPPED).
+    autograder.submission.intake.MAX_UNZIPPED).
     """
     path = Path(path)
     if not path.exists():
@@ -120,8 +121,8 @@ def taken(path, max_unzipped=None):
 
 
 def _take(path, tmp):
-    """({name: bytes}, {name: why not graded}) of the submission at `path` (autograder.intake), the notes
-    capped (autograder.intake.capped_notes: each module's first, at most MAX_NOTES in all, the rest counted)."""
+    """({name: bytes}, {name: why not graded}) of the submission at `path` (autograder.submission.intake), the notes
+    capped (autograder.submission.intake.capped_notes: each module's first, at most MAX_NOTES in all, the rest counted)."""
     if path.is_dir():
         files, notes = intake.take_folder(path)
         return files, intake.capped_notes(notes)
@@ -306,7 +307,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
 
     `timeout`: seconds for the whole grading; `call_timeout`: seconds for
     one call into student code. `max_unzipped`: the most bytes a submission
-    may unpack to (default autograder.intake.MAX_UNZIPPED).
+    may unpack to (default autograder.submission.intake.MAX_UNZIPPED).
 
     `select` is an optional pytest -k expression to run a subset of the
     graders. `limits` (autograder.sandbox.Limits) bounds each student process;

@@ -35,7 +35,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from autograder import LEVELS, MODULES, batchlock, intake as _intake, wire
+from autograder import LEVELS, MODULES, batchlock, wire
+from autograder.submission import intake as _intake
 from autograder.diskguard import DiskGuard
 from autograder.forkserver import Worker
 from autograder.paths import KIT as ROOT
@@ -345,7 +346,7 @@ class Sandbox:
         for folder in (self._work, self._home):  # each student process starts with an empty home and a fresh copy
             remove_tree(folder)
             folder.mkdir(mode=0o700)
-        for name in os.listdir(self.submission):  # regular files only, never through a link (autograder.intake)
+        for name in os.listdir(self.submission):  # regular files only, never through a link (autograder.submission.intake)
             if name.endswith(".py"):
                 try:
                     data = _intake.read_regular(self.submission / name, _intake.MAX_FILE[".py"], name)

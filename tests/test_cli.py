@@ -72,7 +72,7 @@ def test_the_unzip_limit_is_an_option_with_its_reason(tmp_path):
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("notes.txt", b"\0" * (2 << 20))  # 2 MiB unpacked, a few KB packed
     out = tmp_path / "report.json"
-    from autograder import intake
+    from autograder.submission import intake
 
     cap = intake.MAX_UNZIPPED
     result = run("grade", archive, "--max-unzipped", "1MiB", "--format", "json", "--output", out)

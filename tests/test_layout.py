@@ -155,10 +155,11 @@ def test_python_dash_m_autograder_is_the_command_line(tmp_path):
 LAYERS = [
     ("foundations: stdlib only, no other module of the kit",
      {"autograder", "autograder.paths", "autograder.files", "autograder.scoring", "autograder.wire", "autograder.freeze",
-      "autograder.diskguard", "autograder.landlock", "autograder.forkserver", "autograder.released",
+      "autograder.diskguard", "autograder.landlock", "autograder.forkserver",
       "autograder.diagnose", "autograder.student_process", "autograder.selfcheck", "autograder.graders.common"}),
     ("the submission and its sandbox: intake, the student process's client, its limits and measurements",
-     {"autograder.notebooks", "autograder.intake", "autograder.batchlock", "autograder.sandbox", "autograder.timing"}),
+     {"autograder.submission", "autograder.submission.notebooks", "autograder.submission.intake",
+      "autograder.submission.released", "autograder.batchlock", "autograder.sandbox", "autograder.timing"}),
     ("the report: the model and its formats",
      {"autograder.results", "autograder.ci_formats", "autograder.feedback", "autograder.formats"}),
     ("grading: the hidden graders, their checks and plugin, the engine",
