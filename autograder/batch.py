@@ -18,7 +18,7 @@ one stops at once: the gradings still running are killed and nothing of
 them is recorded. An interrupted grading is never a score.
 
 A submission's name is the student's to choose: its string cells in the
-gradebook go through autograder.results.csv_cell (control characters escaped,
+gradebook go through autograder.report.model.csv_cell (control characters escaped,
 a cell that a spreadsheet would take for a formula made text), and a row is
 found again by `row_key`, the id as it reads back from the gradebook.
 """
@@ -43,9 +43,9 @@ from autograder import MODULES, __version__, batchlock
 from autograder.submission import intake
 from autograder.engine import SubmissionError, WarmServers, grade
 from autograder.files import write_atomic
-from autograder.formats import render
+from autograder.report.formats import render
 from autograder.paths import KIT
-from autograder.results import GradeReport, csv_cell, csv_value, safe_line
+from autograder.report.model import GradeReport, csv_cell, csv_value, safe_line
 from autograder.sandbox import GraderUnavailable
 from autograder.scoring import fmt
 
@@ -69,7 +69,7 @@ class Row:
     id: str
     total: float | None  # None: no score (status "timeout" or "error": the grading did not complete)
     modules: dict  # module -> figure, on the same scale as the total (autograder.scoring)
-    status: str  # graded | empty | timeout | error (autograder.results.STATUSES)
+    status: str  # graded | empty | timeout | error (autograder.report.model.STATUSES)
     seconds: float
     error: str = ""
     isolation: str = ""  # how student code was confined (autograder.LEVELS)

@@ -13,9 +13,9 @@ import click
 
 EXIT_OK, EXIT_BELOW_MIN, EXIT_CANNOT_RUN = 0, 1, 2
 from autograder import LEVELS  # noqa: E402  (the package's __init__ imports nothing)
-from autograder.formats import FORMATS as _FORMATS, render as render_report  # noqa: E402  (stdlib only)
+from autograder.report.formats import FORMATS as _FORMATS, render as render_report  # noqa: E402  (stdlib only)
 from autograder.paths import TORCH_VERSION  # noqa: E402  (stdlib only)
-FORMATS = list(_FORMATS)  # autograder/formats.py: the one registry of formats
+FORMATS = list(_FORMATS)  # autograder/report/formats.py: the one registry of formats
 FORMAT_HELP = ("text: a readable report; json: all data for other tools; gradescope: results.json per "
                "Gradescope's autograder specification; markdown, html: feedback for the student (html with "
                "heatmaps of their attention weights); junit: JUnit XML for CI test reports; classroom: the "
@@ -190,7 +190,7 @@ def grade(path, fmt, output, min_score, call_timeout, submission_timeout, timeou
     """
     from autograder.engine import SubmissionError, submission_id
     from autograder.engine import grade as grade_submission
-    from autograder.results import GradeReport, safe_line, safe_text
+    from autograder.report.model import GradeReport, safe_line, safe_text
     from autograder.sandbox import GraderUnavailable
 
     call_timeout = _timeout_alias(timeout, "seconds per call", "--call-timeout") or call_timeout
@@ -236,8 +236,8 @@ def render(report_json, fmt, output):
     """
     import json
 
-    from autograder.ci_formats import report_from_dict
-    from autograder.results import safe_line
+    from autograder.report.ci import report_from_dict
+    from autograder.report.model import safe_line
 
     try:
         report = report_from_dict(json.loads(report_json.read_text(encoding="utf-8")))
@@ -262,7 +262,7 @@ def check(path):
 
     from autograder.engine import SubmissionError, prepared
     from autograder.release import SELF_CHECK
-    from autograder.results import safe_text
+    from autograder.report.model import safe_text
 
     try:
         with prepared(path) as folder:
@@ -304,7 +304,7 @@ def grade_all(folder, output, jobs, force, call_timeout, submission_timeout, tim
     second run grades them again); 130 after Ctrl-C.
     """
     from autograder import batch
-    from autograder.results import GradeReport, safe_line
+    from autograder.report.model import GradeReport, safe_line
     from autograder.sandbox import GraderUnavailable, choose_isolation
 
     timeout = _timeout_alias(timeout, "seconds per submission", "--submission-timeout") or submission_timeout
@@ -495,7 +495,7 @@ def nbgrader_sync(course, assignment, students, overwrite_manual):
     named), or a grading did not complete (nothing written for it).
     """
     from autograder.nbgrader_sync import SyncError, sync_course
-    from autograder.results import safe_line, safe_text
+    from autograder.report.model import safe_line, safe_text
     from autograder.scoring import fmt
 
     try:

@@ -35,7 +35,7 @@ from autograder.files import read_signed
 from autograder.submission.intake import MAX_UNZIPPED, SubmissionError  # noqa: F401  (the engine's names, as before)
 from autograder.submission.notebooks import missing_message, module_of, notebook_source
 from autograder.paths import GRADERS
-from autograder.results import GradeReport, TestResult
+from autograder.report.model import GradeReport, TestResult
 from autograder.sandbox import GraderUnavailable, Limits, choose_isolation, grader_env, student_env
 from autograder.scoring import nothing_to_grade
 

@@ -44,7 +44,7 @@ class Synced:
     score: float | None  # out of 100: the kit's total (None: the grading did not complete, nothing written)
     modules: dict  # module -> score written into the gradebook
     kept: dict = field(default_factory=dict)  # module -> a manual score set by hand, kept (not overwritten)
-    status: str = "graded"  # the grading's status (autograder.results.STATUSES)
+    status: str = "graded"  # the grading's status (autograder.report.model.STATUSES)
     error: str = ""
     gradebook_total: float | None = None  # the submission's total as nbgrader now computes it
 

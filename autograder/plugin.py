@@ -20,7 +20,7 @@ import pytest
 
 from autograder import batchlock, checks
 from autograder.files import write_signed
-from autograder.results import TestResult
+from autograder.report.model import TestResult
 from autograder.sandbox import LEVELS, GraderUnavailable, Limits, Sandbox, StudentError
 
 _SANDBOX = pytest.StashKey[Sandbox]()
@@ -130,7 +130,7 @@ def pytest_runtest_makereport(item, call):
         item.session.shouldstop = "the grader cannot run student code"
         return
     if report.when == "call" or (report.when == "setup" and not report.passed):
-        result = TestResult(  # the report model's own record (autograder/results.py), sent back as its fields
+        result = TestResult(  # the report model's own record (autograder/report/model.py), sent back as its fields
             id=item.nodeid.split("::")[-1],
             name=_title(item),
             module=Path(str(item.fspath)).stem.removeprefix("test_"),

@@ -100,7 +100,7 @@ import pytest
 from autograder import batch as batch_module
 from autograder import sandbox as sandbox_module
 from autograder.engine import SubmissionError, WarmServers, grade
-from autograder.formats import render
+from autograder.report.formats import render
 from tests.conftest import ATTACK_FIGURES, ROOT, SOLUTIONS, TEMPLATE
 from tests.corpus import ATTACK_KINDS, MODULES, NEEDS, CorpusError, PatchError, load_attacks, materialize
 

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from autograder import batch
-from autograder.feedback import to_markdown
-from autograder.results import GradeReport
+from autograder.report.html import to_markdown
+from autograder.report.model import GradeReport
 from grader_cli import cli
 from tests.conftest import MODULES, SOLUTIONS, TEMPLATE
 from tests.corpus import load_corpus, materialize
@@ -147,7 +147,7 @@ def test_second_run_skips_what_is_graded_and_force_regrades(classroom, monkeypat
 
 
 def test_a_grading_that_did_not_complete_is_never_a_score():
-    from autograder.results import GradeReport
+    from autograder.report.model import GradeReport
 
     for status in ("timeout", "error"):
         row = batch.row_from_report(GradeReport(submission="x", status=status, error="grading did not finish"))

@@ -17,12 +17,12 @@ from functools import lru_cache
 import pytest
 import yaml
 
-from autograder.ci_formats import (CLASSROOM_MAX_CHARS, classroom_scores, report_from_dict, to_classroom,
+from autograder.report.ci import (CLASSROOM_MAX_CHARS, classroom_scores, report_from_dict, to_classroom,
                                    to_junit)
-from autograder.results import GradeReport
-from autograder.formats import render
+from autograder.report.model import GradeReport
+from autograder.report.formats import render
 from autograder.paths import TORCH
-from autograder.results import TestResult as Result
+from autograder.report.model import TestResult as Result
 from tests.conftest import MODULES, ROOT
 
 WORKFLOW = ROOT / "templates" / "github-classroom" / "autograding.yml"

@@ -17,7 +17,7 @@ import io
 import json
 import re
 
-from autograder.results import PRINTED_TITLE, GradeReport, safe_line, safe_text
+from autograder.report.model import PRINTED_TITLE, GradeReport, safe_line, safe_text
 from autograder.scoring import fmt
 
 _MARKDOWN_PUNCTUATION = re.compile(r"[!-/:-@\[-`{-~]")
