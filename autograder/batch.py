@@ -39,14 +39,15 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder import MODULES, __version__, batchlock
+from autograder import MODULES, __version__
+from autograder.sandbox import batchlock
 from autograder.submission import intake
 from autograder.engine import SubmissionError, WarmServers, grade
 from autograder.files import write_atomic
 from autograder.report.formats import render
 from autograder.paths import KIT
 from autograder.report.model import GradeReport, csv_cell, csv_value, safe_line
-from autograder.sandbox import GraderUnavailable
+from autograder.sandbox.errors import GraderUnavailable
 from autograder.scoring import fmt
 
 GRADEBOOK = "gradebook.csv"
@@ -179,7 +180,7 @@ def fingerprint(path: Path, kit: str, settings: dict) -> str:
 
 
 def _settings(timeout, call_timeout, options):
-    from autograder.sandbox import Limits
+    from autograder.sandbox.limits import Limits
 
     limits = options.get("limits") or Limits()  # None means the defaults: the same fingerprint as given
     number = (lambda v: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)  # 60 == 60.0
@@ -311,7 +312,7 @@ def row_from_report(report: GradeReport, seconds: float = 0.0) -> Row:
 
 @contextmanager
 def _batch_folder():
-    """MHA_BATCH_DIR for the gradings of this run (autograder/batchlock.py), removed after it."""
+    """MHA_BATCH_DIR for the gradings of this run (autograder/sandbox/batchlock.py), removed after it."""
     previous = os.environ.get(batchlock.ENV)
     path = tempfile.mkdtemp(prefix="mha-batch-")
     os.environ[batchlock.ENV] = path

@@ -66,7 +66,7 @@ def sandbox_options(command):
 
 def _sandbox(memory_limit, cpu_limit, max_processes, max_output, isolation, require_isolation, no_isolation,
              max_unzipped):
-    from autograder.sandbox import Limits
+    from autograder.sandbox.limits import Limits
 
     return {"limits": Limits(cpu_seconds=cpu_limit, memory_bytes=memory_limit, processes=max_processes,
                              output_bytes=max_output),
@@ -191,7 +191,7 @@ def grade(path, fmt, output, min_score, call_timeout, submission_timeout, timeou
     from autograder.engine import SubmissionError, submission_id
     from autograder.engine import grade as grade_submission
     from autograder.report.model import GradeReport, safe_line, safe_text
-    from autograder.sandbox import GraderUnavailable
+    from autograder.sandbox.errors import GraderUnavailable
 
     call_timeout = _timeout_alias(timeout, "seconds per call", "--call-timeout") or call_timeout
     try:
@@ -305,7 +305,8 @@ def grade_all(folder, output, jobs, force, call_timeout, submission_timeout, tim
     """
     from autograder import batch
     from autograder.report.model import GradeReport, safe_line
-    from autograder.sandbox import GraderUnavailable, choose_isolation
+    from autograder.sandbox.errors import GraderUnavailable
+    from autograder.sandbox.isolation import choose_isolation
 
     timeout = _timeout_alias(timeout, "seconds per submission", "--submission-timeout") or submission_timeout
     options = _sandbox(**sandbox)
@@ -426,7 +427,7 @@ def bench(submission, device, plot_path, tokens, heads, d_model, batch, threads)
         student = None
         if submission is not None:
             from autograder.engine import prepared
-            from autograder.sandbox import Sandbox
+            from autograder.sandbox.client import Sandbox
 
             student = stack.enter_context(Sandbox(stack.enter_context(prepared(submission)), call_timeout=120))
         with click.progressbar(length=total, label="timing", file=sys.stderr) as bar:

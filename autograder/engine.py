@@ -29,14 +29,17 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from autograder import MODULES, batchlock
+from autograder import MODULES
+from autograder.sandbox import batchlock
 from autograder.submission import intake
 from autograder.files import read_signed
 from autograder.submission.intake import MAX_UNZIPPED, SubmissionError  # noqa: F401  (the engine's names, as before)
 from autograder.submission.notebooks import missing_message, module_of, notebook_source
 from autograder.paths import GRADERS
 from autograder.report.model import GradeReport, TestResult
-from autograder.sandbox import GraderUnavailable, Limits, choose_isolation, grader_env, student_env
+from autograder.sandbox.errors import GraderUnavailable
+from autograder.sandbox.isolation import choose_isolation
+from autograder.sandbox.limits import Limits, grader_env, student_env
 from autograder.scoring import nothing_to_grade
 
 
@@ -175,7 +178,7 @@ def prepared(path, max_unzipped=None):
 
 
 class WarmServers:
-    """The two fork servers of a batch run (autograder.forkserver): torch is imported once, not per grading.
+    """The two fork servers of a batch run (autograder.sandbox.forkserver): torch is imported once, not per grading.
 
     `grader` forks a warm trusted process per submission to run the hidden
     graders; `zygote` forks each student process from a warm process that
@@ -184,7 +187,7 @@ class WarmServers:
     """
 
     def __init__(self, python=None):
-        from autograder.forkserver import Server
+        from autograder.sandbox.forkserver import Server
         self.grader = Server("grader", env=grader_env(), preload=GRADER_PRELOAD)
         self._home = tempfile.mkdtemp(prefix="mha-zygote-home-")  # the student processes' HOME: removed at close
         try:
@@ -227,7 +230,7 @@ _RUNNING: set = set()  # the cold grader processes now running (kill_running end
 def kill_running():
     """End every cold grading now running in this process (a batch stopped by a second Ctrl-C); their
     `grade` calls return without a score, which the batch does not record."""
-    from autograder.forkserver import kill_group
+    from autograder.sandbox.forkserver import kill_group
 
     for proc in list(_RUNNING):
         kill_group(proc.pid)
@@ -235,7 +238,7 @@ def kill_running():
 
 def _in_time(wait, timeout):
     """`wait(timeout=...)` until it returns within `timeout` seconds; in a class run, the time the batch's
-    measurements kept this grading stopped is not counted (autograder.batchlock.Deadline)."""
+    measurements kept this grading stopped is not counted (autograder.sandbox.batchlock.Deadline)."""
     deadline = batchlock.Deadline(timeout)
     while True:
         left = deadline.left()
@@ -253,7 +256,7 @@ def _run_graders(args, cwd, timeout, servers, key):
     `key` reaches the graders through an inherited pipe (never argv, the
     environment or a file), so no other process can sign results.
     """
-    from autograder.forkserver import Worker, kill_group
+    from autograder.sandbox.forkserver import Worker, kill_group
 
     log = Path(cwd) / "graders.log"
     worker, key_fd = None, _key_pipe(key)
@@ -297,7 +300,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
     """Grade the submission at `path` (a folder, a zip or a notebook).
 
     Raises SubmissionError when the submission cannot be read at all, and
-    GraderUnavailable (autograder.sandbox) when the grader cannot run student
+    GraderUnavailable (autograder.sandbox.errors) when the grader cannot run student
     code here: isolation refused below `require_isolation`, a student process
     that cannot start. Neither is ever turned into a score. A submission in
     which the graders find no student work (every module missing or the
@@ -310,7 +313,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
     may unpack to (default autograder.submission.intake.MAX_UNZIPPED).
 
     `select` is an optional pytest -k expression to run a subset of the
-    graders. `limits` (autograder.sandbox.Limits) bounds each student process;
+    graders. `limits` (autograder.sandbox.limits.Limits) bounds each student process;
     `isolation` is "auto" (the strongest level that works here, probed once
     per process) or one of "namespaces", "landlock", "none". `servers`
     (WarmServers) makes a batch fast. `python` is the interpreter of the

@@ -115,7 +115,7 @@ def sync_course(course: Path, assignment: str = ASSIGNMENT, students=None, *, ov
     """
     from nbgrader.api import Gradebook, MissingEntry
 
-    from autograder.sandbox import GraderUnavailable
+    from autograder.sandbox.errors import GraderUnavailable
 
     os.environ["PATH"] = nbgrader_env()["PATH"]  # the gradebook runs the `alembic` script
     course = Path(course)

@@ -18,10 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from autograder import batchlock, checks
+from autograder import LEVELS, checks
 from autograder.files import write_signed
 from autograder.report.model import TestResult
-from autograder.sandbox import LEVELS, GraderUnavailable, Limits, Sandbox, StudentError
+from autograder.sandbox import batchlock
+from autograder.sandbox.client import Sandbox
+from autograder.sandbox.errors import GraderUnavailable, StudentError
+from autograder.sandbox.limits import Limits
 
 _SANDBOX = pytest.StashKey[Sandbox]()
 _RESULTS = pytest.StashKey[list]()
@@ -35,13 +38,13 @@ def pytest_addoption(parser):
     group.addoption("--key-fd", type=int, default=None,
                     help="a file descriptor to read the key that signs the results from (HMAC-SHA256)")
     group.addoption("--call-timeout", type=float, default=10.0, help="seconds allowed for one call into student code")
-    group.addoption("--limits", default="{}", help="limits of the student process, as JSON (autograder.sandbox.Limits)")
+    group.addoption("--limits", default="{}", help="limits of the student process, as JSON (autograder.sandbox.limits.Limits)")
     group.addoption("--isolation", choices=["auto", *LEVELS], default="auto",
-                    help="how the student process is confined (autograder.sandbox.choose_isolation)")
+                    help="how the student process is confined (autograder.sandbox.isolation.choose_isolation)")
     group.addoption("--student-python", default=sys.executable, help="the interpreter of the student process")
-    group.addoption("--zygote", help="address of a warm student zygote (autograder.forkserver)")
+    group.addoption("--zygote", help="address of a warm student zygote (autograder.sandbox.forkserver)")
     group.addoption("--batch-dir", default=None,
-                    help="the class run this grading belongs to (autograder.batchlock; default: $MHA_BATCH_DIR)")
+                    help="the class run this grading belongs to (autograder.sandbox.batchlock; default: $MHA_BATCH_DIR)")
     group.addoption("--intake", default="{}", help="what the engine's intake left out, as JSON: {\"missing\": "
                     "{module: why}, \"source\": the original submission} (autograder.engine.taken)")
 

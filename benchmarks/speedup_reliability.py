@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autograder import timing  # noqa: E402
-from autograder.sandbox import Sandbox  # noqa: E402
+from autograder.sandbox.client import Sandbox  # noqa: E402
 from tests.corpus import load_attacks, load_corpus, materialize  # noqa: E402
 
 CHUNK = 25

@@ -210,7 +210,7 @@ def test_a_new_kit_or_new_limits_grade_everything_again(tmp_path, monkeypatch):
     (out / "alice").mkdir()
     (out / "alice" / "results.json").write_text("{}")
     assert batch.plan(subs, out)[2] == [], "expected nothing to grade when nothing changed"
-    from autograder.sandbox import Limits
+    from autograder.sandbox.limits import Limits
 
     assert batch.plan(subs, out, limits=Limits(cpu_seconds=5))[3] == 1, "expected new limits to count as a change"
     monkeypatch.setattr(batch, "kit_digest", lambda: "another kit")

@@ -16,8 +16,9 @@ import time
 import pytest
 import torch
 
-from autograder import batchlock, freeze, timing
-from autograder.sandbox import Sandbox
+from autograder import timing
+from autograder.sandbox import batchlock, freeze
+from autograder.sandbox.client import Sandbox
 from tests.conftest import SOLUTIONS
 
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes

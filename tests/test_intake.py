@@ -28,7 +28,8 @@ from nbformat.v4 import new_code_cell, new_notebook
 from autograder.submission import intake
 from autograder.engine import SubmissionError, grade, taken
 from autograder.report.model import GradeReport
-from autograder.sandbox import Sandbox, StudentError
+from autograder.sandbox.client import Sandbox
+from autograder.sandbox.errors import StudentError
 from tests.conftest import MODULES, SOLUTIONS
 from tests.corpus import CorpusError, ZIP_FOLDER, load_attacks, materialize
 

@@ -82,7 +82,7 @@ def test_the_cycle_check_sees_a_cycle_through_a_lazy_import():
 
 def test_the_fork_server_knows_no_other_module_of_the_kit():
     """It holds warm what its owner names (autograder.engine.GRADER_PRELOAD): generic, at the bottom."""
-    assert import_graph()["autograder.forkserver"] == set()
+    assert import_graph()["autograder.sandbox.forkserver"] == set()
 
 
 # ---- the package: installable, one entry point, every root and the torch pin stated once ----------------
@@ -92,7 +92,7 @@ def test_every_root_of_the_kit_is_found_in_paths_py_alone():
     one place that does (the fork server aside: it is generic, and finds the folder imports start from)."""
     offenders = [name for name, path in _kit_modules().items()
                  if "Path(__file__).resolve().parent.parent" in path.read_text(encoding="utf-8")
-                 and name not in ("autograder.paths", "autograder.forkserver")]
+                 and name not in ("autograder.paths", "autograder.sandbox.forkserver")]
     assert not offenders, f"expected only autograder/paths.py to find the kit's root, found it in {offenders}"
 
 
@@ -154,19 +154,24 @@ def test_python_dash_m_autograder_is_the_command_line(tmp_path):
 #: must be placed here (the test names it), which is where its place in the architecture is decided.
 LAYERS = [
     ("foundations: stdlib only, no other module of the kit",
-     {"autograder", "autograder.paths", "autograder.files", "autograder.scoring", "autograder.wire", "autograder.freeze",
-      "autograder.diskguard", "autograder.landlock", "autograder.forkserver",
-      "autograder.diagnose", "autograder.student_process", "autograder.selfcheck", "autograder.graders.common"}),
-    ("the submission and its sandbox: intake, the student process's client, its limits and measurements",
-     {"autograder.submission", "autograder.submission.notebooks", "autograder.submission.intake",
-      "autograder.submission.released", "autograder.batchlock", "autograder.sandbox", "autograder.timing"}),
+     {"autograder", "autograder.paths", "autograder.files", "autograder.scoring", "autograder.diagnose",
+      "autograder.graders.common"}),
+    ("the submission: what a student hands in, read without following a link, notebooks turned into modules",
+     {"autograder.submission", "autograder.submission.intake", "autograder.submission.notebooks",
+      "autograder.submission.released"}),
+    ("the sandbox: the student process, its client, its limits and isolation, what stops or guards it from outside",
+     {"autograder.sandbox", "autograder.sandbox.limits", "autograder.sandbox.errors", "autograder.sandbox.isolation",
+      "autograder.sandbox.client", "autograder.sandbox.student_process", "autograder.sandbox.wire",
+      "autograder.sandbox.landlock", "autograder.sandbox.forkserver", "autograder.sandbox.diskguard",
+      "autograder.sandbox.freeze", "autograder.sandbox.batchlock", "autograder.sandbox.selfcheck"}),
     ("the report: the model and its formats",
      {"autograder.report", "autograder.report.model", "autograder.report.ci", "autograder.report.html",
       "autograder.report.formats"}),
     ("grading: the hidden graders, their checks and plugin, the engine",
-     {"autograder.checks", "autograder.plugin", "autograder.engine", "autograder.bench", "autograder.graders",
-      "autograder.graders.blame", "autograder.graders.test_attention", "autograder.graders.test_heads",
-      "autograder.graders.test_masks", "autograder.graders.test_mha", "autograder.graders.test_positional"}),
+     {"autograder.checks", "autograder.plugin", "autograder.engine", "autograder.bench", "autograder.timing",
+      "autograder.graders", "autograder.graders.blame", "autograder.graders.test_attention",
+      "autograder.graders.test_heads", "autograder.graders.test_masks", "autograder.graders.test_mha",
+      "autograder.graders.test_positional"}),
     ("a class and the platforms: grade-all, the release step, Gradescope, nbgrader",
      {"autograder.batch", "autograder.release", "autograder.gradescope", "autograder.nbgrader_sync"}),
     ("the command line", {"autograder.cli", "autograder.__main__", "grader_cli"}),
@@ -203,6 +208,27 @@ def test_the_foundations_import_no_module_of_the_kit():
     graph = import_graph()
     found = {m: sorted(graph[m]) for m in LAYERS[0][1] if graph.get(m)}
     assert not found, f"expected the foundations to import nothing of the kit, found {found}"
+
+
+def _loaded_by_path() -> set[str]:
+    """The siblings the student process loads by path (`_sibling("wire")`): it runs under `python -I` with no
+    kit on sys.path, and loads them before it confines itself."""
+    source = (PACKAGE / "sandbox" / "student_process.py").read_text(encoding="utf-8")
+    return {f"autograder.sandbox.{name}" for name in re.findall(r'_sibling\("(\w+)"\)', source)}
+
+
+def test_what_runs_outside_the_package_imports_nothing_of_the_kit():
+    """The student process and the siblings it loads by path, from its own folder (autograder/sandbox/); the
+    self-check, shipped to students as is; the fork server, generic."""
+    loaded = _loaded_by_path()
+    assert loaded >= {"autograder.sandbox.wire", "autograder.sandbox.landlock"}, loaded
+    modules, graph = _kit_modules(), import_graph()
+    beside = sorted(m for m in loaded if m not in modules)
+    assert not beside, f"expected the student process's by-path siblings in its folder, missing {beside}"
+    alone = {"autograder.sandbox.student_process", "autograder.sandbox.selfcheck", "autograder.sandbox.forkserver",
+             *loaded}
+    found = {m: sorted(graph[m]) for m in sorted(alone) if graph[m]}
+    assert not found, f"expected these to import nothing of the kit, found {found}"
 
 
 def _kit_files() -> list[str]:

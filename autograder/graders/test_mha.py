@@ -6,7 +6,7 @@ from autograder.checks import needs_cuda, points
 from autograder.graders import blame
 from autograder.graders.common import (SEED_004_FUSED, SEED_004_INPUTS, SEED_004_STACKED, on_device_error,
                                        params_of, randn, seeded)
-from autograder.sandbox import StudentError
+from autograder.sandbox.errors import StudentError
 from solutions import mha as ref
 
 # Operators that multiply matrices, as torch's dispatcher sees them.

@@ -94,7 +94,7 @@ ATTACK_KINDS: tuple[str, ...] = (
     "zip-traversal",  # zip entries that would land outside the folder: absolute, "..", symbolic link entries
     "zip-bomb",  # a zip that unpacks to far more than it weighs, or holds a huge number of entries
     "huge-file",  # a module over the size limit
-    # answers that would cost the trusted side far more than their size (autograder/wire.py)
+    # answers that would cost the trusted side far more than their size (autograder/sandbox/wire.py)
     "answer-bombs",  # DEFLATE records, stride-0 tensors, 20 MB messages, sparse tensors sent as answers
     # notebooks that would cost the trusted side's conversion far more than their size (autograder/submission/notebooks.py)
     "notebook-bombs",  # a cell of millions of lines, nesting the parser cannot hold, a cell whose source is no text
