@@ -124,7 +124,7 @@ def _write(report, text, output):
 def _print_version(ctx, param, value):
     if not value or ctx.resilient_parsing:
         return
-    from autograder.batch import versions
+    from autograder.grade.batch import versions
 
     v = versions()
     click.echo(f"mha-kit {v['kit']}\ntorch {v['torch']}\npython {v['python']}\n"
@@ -188,8 +188,8 @@ def grade(path, fmt, output, min_score, call_timeout, submission_timeout, timeou
          and why) for a submission that cannot be read, "error" (no score,
          never 0) when the grader failed.
     """
-    from autograder.engine import SubmissionError, submission_id
-    from autograder.engine import grade as grade_submission
+    from autograder.grade.engine import SubmissionError, submission_id
+    from autograder.grade.engine import grade as grade_submission
     from autograder.report.model import GradeReport, safe_line, safe_text
     from autograder.sandbox.errors import GraderUnavailable
 
@@ -260,7 +260,7 @@ def check(path):
     """
     import subprocess
 
-    from autograder.engine import SubmissionError, prepared
+    from autograder.grade.engine import SubmissionError, prepared
     from autograder.release import SELF_CHECK
     from autograder.report.model import safe_text
 
@@ -303,7 +303,7 @@ def grade_all(folder, output, jobs, force, call_timeout, submission_timeout, tim
     the student code of some submissions (their rows: "error", no score; a
     second run grades them again); 130 after Ctrl-C.
     """
-    from autograder import batch
+    from autograder.grade import batch
     from autograder.report.model import GradeReport, safe_line
     from autograder.sandbox.errors import GraderUnavailable
     from autograder.sandbox.isolation import choose_isolation
@@ -408,7 +408,7 @@ def bench(submission, device, plot_path, tokens, heads, d_model, batch, threads)
     counts and sequence lengths; with SUBMISSION, also the student's stacked
     and fused modules (run in the sandbox, timed by the grader's clock).
     """
-    from autograder import bench as b
+    from autograder.grade import bench as b
 
     if device == "cuda":
         import torch
@@ -426,7 +426,7 @@ def bench(submission, device, plot_path, tokens, heads, d_model, batch, threads)
     with ExitStack() as stack:
         student = None
         if submission is not None:
-            from autograder.engine import prepared
+            from autograder.grade.engine import prepared
             from autograder.sandbox.client import Sandbox
 
             student = stack.enter_context(Sandbox(stack.enter_context(prepared(submission)), call_timeout=120))

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
-from autograder.engine import grade
+from autograder.grade.engine import grade
 from autograder.release import ASSIGNMENT, NOTEBOOKS, nbgrader_env
 from autograder.scoring import fmt
 
@@ -111,7 +111,7 @@ def sync_course(course: Path, assignment: str = ASSIGNMENT, students=None, *, ov
     has no submission or notebook, or the grader cannot run student code
     here. Scores set by hand are kept unless `overwrite_manual` (Synced.kept).
     A grading that did not complete writes nothing (Synced.status).
-    `grade_options` go to autograder.engine.grade.
+    `grade_options` go to autograder.grade.engine.grade.
     """
     from nbgrader.api import Gradebook, MissingEntry
 

@@ -27,7 +27,7 @@ from links that stay inside it, never through a link to the kit.
 `test_another_students_code_stays_private` grades a correct submission and
 an attacking one side by side: the attacker must neither earn with nor see
 the other student's code. `test_a_class_run_goes_on_and_no_neighbour_moves`
-grades the class-scenario cases with `grade-all` (autograder.batch) next to
+grades the class-scenario cases with `grade-all` (autograder.grade.batch) next to
 a correct neighbour: the run lists both, the neighbour keeps 100 with clean
 speed measurements.
 
@@ -41,7 +41,7 @@ need what a level does not provide (isolation: the namespaces or landlock
 level; a process limit, a memory limit) are skipped there with the reason.
 
 **Warm servers, one grading at a time.** Each level has its own
-`autograder.engine.WarmServers` (a grader fork server that has imported
+`autograder.grade.engine.WarmServers` (a grader fork server that has imported
 pytest, torch and the graders; a student zygote that has imported torch),
 started at the level's first test and stopped after its last (tests are
 grouped by level, so one pair runs at a time): a grading costs a fork, not
@@ -98,8 +98,8 @@ from pathlib import Path
 import pytest
 
 import autograder
-from autograder import batch as batch_module
-from autograder.engine import SubmissionError, WarmServers, grade
+from autograder.grade import batch as batch_module
+from autograder.grade.engine import SubmissionError, WarmServers, grade
 from autograder.report.formats import render
 from autograder.sandbox import client, isolation, limits as limits_module
 from autograder.sandbox.errors import GraderUnavailable

@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 from click.testing import CliRunner
 
-from autograder import batch
+from autograder.grade import batch
 from autograder.report.html import to_markdown
 from autograder.report.model import GradeReport
 from grader_cli import cli
@@ -159,7 +159,7 @@ def test_a_grading_that_did_not_complete_is_never_a_score():
 
 def test_warm_servers_leave_no_temporary_folder(tmp_path, monkeypatch):
     """Issue 14: each grade-all run left an empty /tmp/mha-zygote-home-* behind."""
-    from autograder.engine import WarmServers
+    from autograder.grade.engine import WarmServers
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # this process's temp folders, and only them
     with WarmServers() as servers:

@@ -358,7 +358,7 @@ def figures_in_every_format(report):
     import csv
     import io
 
-    from autograder import batch
+    from autograder.grade import batch
 
     D = (lambda x: Decimal(str(x)))
     out = {}

@@ -9,8 +9,8 @@ supports it; a correct style gets no message at all.
 import pytest
 import torch
 
-from autograder import diagnose
-from autograder.engine import grade
+from autograder.grade import diagnose
+from autograder.grade.engine import grade
 from autograder.graders.common import params_of, random_mask, randn
 from solutions import attention as ref_attention
 from solutions import mha as ref_mha

@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 
 from autograder import LEVELS
-from autograder.engine import grade
+from autograder.grade.engine import grade
 from autograder.sandbox.errors import GraderUnavailable
 from autograder.sandbox.isolation import choose_isolation
 from tests.conftest import ROOT, SOLUTIONS, SPARE_UID

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from autograder import timing
+from autograder.grade import timing
 from autograder.sandbox import freeze
 
 TREE = r"""

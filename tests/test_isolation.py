@@ -16,7 +16,7 @@ import time
 import pytest
 import torch
 
-from autograder.engine import WarmServers, grade
+from autograder.grade.engine import WarmServers, grade
 from autograder.sandbox.forkserver import Server, Worker
 from autograder.sandbox.client import Sandbox
 from autograder.sandbox.errors import StudentError

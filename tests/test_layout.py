@@ -81,7 +81,7 @@ def test_the_cycle_check_sees_a_cycle_through_a_lazy_import():
 
 
 def test_the_fork_server_knows_no_other_module_of_the_kit():
-    """It holds warm what its owner names (autograder.engine.GRADER_PRELOAD): generic, at the bottom."""
+    """It holds warm what its owner names (autograder.grade.engine.GRADER_PRELOAD): generic, at the bottom."""
     assert import_graph()["autograder.sandbox.forkserver"] == set()
 
 
@@ -154,8 +154,7 @@ def test_python_dash_m_autograder_is_the_command_line(tmp_path):
 #: must be placed here (the test names it), which is where its place in the architecture is decided.
 LAYERS = [
     ("foundations: stdlib only, no other module of the kit",
-     {"autograder", "autograder.paths", "autograder.files", "autograder.scoring", "autograder.diagnose",
-      "autograder.graders.common"}),
+     {"autograder", "autograder.paths", "autograder.files", "autograder.scoring"}),
     ("the submission: what a student hands in, read without following a link, notebooks turned into modules",
      {"autograder.submission", "autograder.submission.intake", "autograder.submission.notebooks",
       "autograder.submission.released"}),
@@ -167,13 +166,14 @@ LAYERS = [
     ("the report: the model and its formats",
      {"autograder.report", "autograder.report.model", "autograder.report.ci", "autograder.report.html",
       "autograder.report.formats"}),
-    ("grading: the hidden graders, their checks and plugin, the engine",
-     {"autograder.checks", "autograder.plugin", "autograder.engine", "autograder.bench", "autograder.timing",
-      "autograder.graders", "autograder.graders.blame", "autograder.graders.test_attention",
-      "autograder.graders.test_heads", "autograder.graders.test_masks", "autograder.graders.test_mha",
-      "autograder.graders.test_positional"}),
-    ("a class and the platforms: grade-all, the release step, Gradescope, nbgrader",
-     {"autograder.batch", "autograder.release", "autograder.gradescope", "autograder.nbgrader_sync"}),
+    ("grading: the hidden graders, their checks and plugin, the engine, the speedup measurement, a class",
+     {"autograder.grade", "autograder.grade.checks", "autograder.grade.diagnose", "autograder.grade.plugin",
+      "autograder.grade.engine", "autograder.grade.timing", "autograder.grade.bench", "autograder.grade.batch",
+      "autograder.graders", "autograder.graders.common", "autograder.graders.blame",
+      "autograder.graders.test_attention", "autograder.graders.test_heads", "autograder.graders.test_masks",
+      "autograder.graders.test_mha", "autograder.graders.test_positional"}),
+    ("the release step and the platforms: the student template, Gradescope, nbgrader",
+     {"autograder.release", "autograder.gradescope", "autograder.nbgrader_sync"}),
     ("the command line", {"autograder.cli", "autograder.__main__", "grader_cli"}),
 ]
 

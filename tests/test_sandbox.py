@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from autograder import checks
+from autograder.grade import checks
 from autograder.sandbox.client import MAX_STRIKES, Sandbox
 from autograder.sandbox.errors import StudentError
 

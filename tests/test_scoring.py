@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from autograder.engine import GRADERS, grade
+from autograder.grade.engine import GRADERS, grade
 from autograder.report.formats import render
 from autograder.scoring import nothing_to_grade
 from tests.conftest import MODULES, ROOT

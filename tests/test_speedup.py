@@ -8,8 +8,8 @@ test_scoring (the reference scores 100).
 """
 import pytest
 
-from autograder import timing
-from autograder.engine import grade
+from autograder.grade import timing
+from autograder.grade.engine import grade
 from tests.conftest import SOLUTIONS
 from tests.corpus import load_corpus, materialize
 

@@ -32,7 +32,7 @@ _COST = """
 import io, sys
 import torch
 from autograder.sandbox import wire
-from autograder.plugin import peak_mib
+from autograder.grade.plugin import peak_mib
 data = sys.stdin.buffer.read()
 base = peak_mib()
 try:

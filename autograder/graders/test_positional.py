@@ -3,8 +3,8 @@ import math
 
 import torch
 
-from autograder import checks, diagnose
-from autograder.checks import needs_cuda, points
+from autograder.grade import checks, diagnose
+from autograder.grade.checks import needs_cuda, points
 from autograder.graders.common import on_device_error, randn
 from autograder.sandbox.errors import StudentError
 from solutions import positional as ref

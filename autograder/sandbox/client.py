@@ -492,7 +492,7 @@ class RemoteModule:
     def time(self, inputs, discard=False, timeout=None):
         """Run one forward pass per input (`inputs` stacked on dim 0) in one request; return the outputs.
 
-        For the caller to time (autograder.timing). `discard`: send no outputs back.
+        For the caller to time (autograder.grade.timing). `discard`: send no outputs back.
         """
         context = signature(f"{self.name}.forward", [inputs[0]], {}) + f" x {len(inputs)}"
         # The outputs of one block are len(inputs) tensors of the size of an input, give or take a dtype and

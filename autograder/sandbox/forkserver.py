@@ -9,7 +9,7 @@ process. `grade-all` instead starts two warm servers once per run:
   process is a fork of it that confines itself (autograder/sandbox/student_process.py) before
   it imports student code;
 * the grader server (`python forkserver.py grader ADDR MODULE...`) has
-  imported pytest and the modules its owner named (autograder.engine names
+  imported pytest and the modules its owner named (autograder.grade.engine names
   torch, the plugin, the checks and the reference); each grading is a fork of
   it that runs the hidden graders on one submission.
 

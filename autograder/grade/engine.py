@@ -212,8 +212,8 @@ class WarmServers:
 
 #: What the warm grader server imports once, so that no grading pays for it: torch, the pytest plugin, the
 #: checks and diagnoses, the graders' helpers, the timing and the reference solution.
-GRADER_PRELOAD = ("torch", "autograder.plugin", "autograder.checks", "autograder.diagnose",
-                  "autograder.graders.common", "autograder.timing", "solutions")
+GRADER_PRELOAD = ("torch", "autograder.grade.plugin", "autograder.grade.checks", "autograder.grade.diagnose",
+                  "autograder.graders.common", "autograder.grade.timing", "solutions")
 
 
 def _key_pipe(key):
@@ -329,7 +329,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
         report.notes = list(got.notes.values())
         results_file = Path(tmp) / "results.json"
         args = [str(GRADERS), "-c", str(GRADERS / "pytest.ini"), "--rootdir", str(GRADERS),
-                "-p", "autograder.plugin", "-q", "--no-header", "--submission", str(folder.resolve()),
+                "-p", "autograder.grade.plugin", "-q", "--no-header", "--submission", str(folder.resolve()),
                 "--results-file", str(results_file), "--call-timeout", str(call_timeout),
                 "--limits", json.dumps(asdict(limits)), "--isolation", level, "--student-python", python]
         # why a module is missing, and the original submission (hidden from student code like its copy)

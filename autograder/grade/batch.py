@@ -42,7 +42,7 @@ from pathlib import Path
 from autograder import MODULES, __version__
 from autograder.sandbox import batchlock
 from autograder.submission import intake
-from autograder.engine import SubmissionError, WarmServers, grade
+from autograder.grade.engine import SubmissionError, WarmServers, grade
 from autograder.files import write_atomic
 from autograder.report.formats import render
 from autograder.paths import KIT
@@ -251,7 +251,7 @@ def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: 
               stopped=None, **options) -> Row | None:
     """Grade one submission and write its files; never raises for a bad submission.
 
-    `options` go to autograder.engine.grade (limits, isolation, servers, python). `stopped` (a
+    `options` go to autograder.grade.engine.grade (limits, isolation, servers, python). `stopped` (a
     threading.Event): once set, nothing is written and None is returned (a grading stopped halfway).
     """
     start = time.monotonic()
@@ -336,8 +336,8 @@ def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool =
     those that timed out, could not be graded or changed are graded again.
     `progress(row)` is called after each graded submission. With `warm` (the
     default), two fork servers import torch once for the whole run
-    (autograder.engine.WarmServers); where they cannot start, each grading
-    starts cold. `options` go to autograder.engine.grade. `planned`: what
+    (autograder.grade.engine.WarmServers); where they cannot start, each grading
+    starts cold. `options` go to autograder.grade.engine.grade. `planned`: what
     `plan` returned for the same arguments (the CLI asks first, to say it).
 
     A first KeyboardInterrupt (Ctrl-C) starts nothing new and waits for the
@@ -392,7 +392,7 @@ def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool =
             except KeyboardInterrupt:  # the second Ctrl-C: stop now, record nothing of what still runs
                 killed = sum(1 for f in running if not f.done())
                 stopped.set()
-                from autograder.engine import kill_running
+                from autograder.grade.engine import kill_running
 
                 kill_running()
                 stack.close()  # the warm servers end their workers; the pool's threads return

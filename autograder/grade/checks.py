@@ -25,7 +25,7 @@ def note(text):
 
 
 def take_notes() -> str:
-    """The notes of the check that just ran, and forget them (autograder/plugin.py)."""
+    """The notes of the check that just ran, and forget them (autograder/grade/plugin.py)."""
     text = "\n".join(dict.fromkeys(_notes))  # each note once, in order
     _notes.clear()
     return text
@@ -120,9 +120,9 @@ def _fmt(x):
 
 
 def likely_bug(got, variants, expected=None):
-    """A "Likely bug: ..." line when `got` equals one of the known wrong variants (autograder.diagnose) that
+    """A "Likely bug: ..." line when `got` equals one of the known wrong variants (autograder.grade.diagnose) that
     differ from the `expected` value."""
-    from autograder.diagnose import match
+    from autograder.grade.diagnose import match
 
     return likely_name(match(got, variants, expected=expected) if variants else None)
 

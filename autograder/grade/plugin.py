@@ -1,6 +1,6 @@
 """pytest plugin that turns the hidden graders into a scored report.
 
-Loaded with `-p autograder.plugin` by the engine's runner. It starts the
+Loaded with `-p autograder.grade.plugin` by the engine's runner. It starts the
 student sandbox as soon as pytest is configured (so that the child imports
 torch while the graders are collected), gives the graders the `student`
 fixture, records every test with its points, module and aspect, and writes
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder import LEVELS, checks
+from autograder import LEVELS
+from autograder.grade import checks
 from autograder.files import write_signed
 from autograder.report.model import TestResult
 from autograder.sandbox import batchlock
@@ -46,7 +47,7 @@ def pytest_addoption(parser):
     group.addoption("--batch-dir", default=None,
                     help="the class run this grading belongs to (autograder.sandbox.batchlock; default: $MHA_BATCH_DIR)")
     group.addoption("--intake", default="{}", help="what the engine's intake left out, as JSON: {\"missing\": "
-                    "{module: why}, \"source\": the original submission} (autograder.engine.taken)")
+                    "{module: why}, \"source\": the original submission} (autograder.grade.engine.taken)")
 
 
 _TIMES = pytest.StashKey[dict]()
