@@ -465,7 +465,7 @@ def gradescope_zip(output, torch_version, torch_index_url, torch_cuda):
     with grader_cli.py, requirements.txt, autograder/ and the reference
     solutions/ (instructor-side: students never see them).
     """
-    from autograder.gradescope import CPU_INDEX_URL, build_zip
+    from autograder.integrations.gradescope import CPU_INDEX_URL, build_zip
 
     index = torch_index_url if torch_index_url is not None else ("" if torch_cuda else CPU_INDEX_URL)
     names = build_zip(output, torch_version=torch_version, torch_index_url=index, cuda=torch_cuda)
@@ -495,7 +495,7 @@ def nbgrader_sync(course, assignment, students, overwrite_manual):
     its gradebook or ASSIGNMENT is unknown (the assignments it knows are
     named), or a grading did not complete (nothing written for it).
     """
-    from autograder.nbgrader_sync import SyncError, sync_course
+    from autograder.integrations.nbgrader_sync import SyncError, sync_course
     from autograder.report.model import safe_line, safe_text
     from autograder.scoring import fmt
 

@@ -173,7 +173,8 @@ LAYERS = [
       "autograder.graders.test_attention", "autograder.graders.test_heads", "autograder.graders.test_masks",
       "autograder.graders.test_mha", "autograder.graders.test_positional"}),
     ("the release step and the platforms: the student template, Gradescope, nbgrader",
-     {"autograder.release", "autograder.gradescope", "autograder.nbgrader_sync"}),
+     {"autograder.release", "autograder.integrations", "autograder.integrations.gradescope",
+      "autograder.integrations.nbgrader_sync"}),
     ("the command line", {"autograder.cli", "autograder.__main__", "grader_cli"}),
 ]
 
