@@ -13,8 +13,8 @@ import click
 
 EXIT_OK, EXIT_BELOW_MIN, EXIT_CANNOT_RUN = 0, 1, 2
 from autograder import LEVELS  # noqa: E402  (the package's __init__ imports nothing)
-from autograder.report.formats import FORMATS as _FORMATS, render as render_report  # noqa: E402  (stdlib only)
 from autograder.paths import TORCH_VERSION  # noqa: E402  (stdlib only)
+from autograder.report.formats import FORMATS as _FORMATS, render as render_report  # noqa: E402  (stdlib only)
 FORMATS = list(_FORMATS)  # autograder/report/formats.py: the one registry of formats
 FORMAT_HELP = ("text: a readable report; json: all data for other tools; gradescope: results.json per "
                "Gradescope's autograder specification; markdown, html: feedback for the student (html with "

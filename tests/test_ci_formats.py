@@ -17,11 +17,11 @@ from functools import lru_cache
 import pytest
 import yaml
 
+from autograder.paths import TORCH
 from autograder.report.ci import (CLASSROOM_MAX_CHARS, classroom_scores, report_from_dict, to_classroom,
                                    to_junit)
-from autograder.report.model import GradeReport
 from autograder.report.formats import render
-from autograder.paths import TORCH
+from autograder.report.model import GradeReport
 from autograder.report.model import TestResult as Result
 from tests.conftest import MODULES, ROOT
 

@@ -18,9 +18,9 @@ from html.parser import HTMLParser
 import pytest
 import torch
 
+from autograder.graders.common import heatmap
 from autograder.report import html as report_html
 from autograder.report.html import HEATMAP_MAX_CELLS, to_html
-from autograder.graders.common import heatmap
 from autograder.report.model import GradeReport
 from autograder.report.model import TestResult as Result
 

@@ -27,8 +27,8 @@ import pytest
 from click.testing import CliRunner
 
 from autograder.grade import batch
-from autograder.report.ci import report_from_dict, to_classroom, to_junit
 from autograder.grade.engine import grade
+from autograder.report.ci import report_from_dict, to_classroom, to_junit
 from autograder.report.formats import render
 from autograder.report.html import _cost, to_html, to_markdown
 from autograder.report.model import PRINTED_TAIL, PRINTED_TITLE, GradeReport, csv_cell, csv_value, safe_line, safe_text

@@ -25,11 +25,11 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from autograder.submission import intake
 from autograder.grade.engine import SubmissionError, grade, taken
 from autograder.report.model import GradeReport
 from autograder.sandbox.client import Sandbox
 from autograder.sandbox.errors import StudentError
+from autograder.submission import intake
 from tests.conftest import MODULES, SOLUTIONS
 from tests.corpus import CorpusError, ZIP_FOLDER, load_attacks, materialize
 

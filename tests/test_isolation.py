@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from autograder.grade.engine import WarmServers, grade
-from autograder.sandbox.forkserver import Server, Worker
 from autograder.sandbox.client import Sandbox
 from autograder.sandbox.errors import StudentError
+from autograder.sandbox.forkserver import Server, Worker
 from autograder.sandbox.isolation import probe
 from autograder.sandbox.limits import Limits
 from tests.conftest import SOLUTIONS

@@ -151,7 +151,8 @@ def test_python_dash_m_autograder_is_the_command_line(tmp_path):
 # ---- the layers: every import goes down or sideways, never up ---------------------------------------------
 
 #: The kit's modules, bottom up. A module imports only from its own layer or the ones below it; a new module
-#: must be placed here (the test names it), which is where its place in the architecture is decided.
+#: must be placed here (the test names it), which is where its place in the architecture is decided. Each
+#: sub-package of autograder/ sits in one layer (test_a_sub_package_sits_in_one_layer): the folders show it.
 LAYERS = [
     ("foundations: stdlib only, no other module of the kit",
      {"autograder", "autograder.paths", "autograder.files", "autograder.scoring"}),
@@ -202,6 +203,33 @@ def test_no_module_imports_from_a_layer_above_its_own():
 def test_the_layer_check_sees_an_upward_import():
     assert upward_imports({"autograder.scoring": {"autograder.cli"}}) == [
         "autograder.scoring (foundations) imports autograder.cli (the command line)"]
+
+
+def packages_across_layers(layers, modules) -> dict[str, list[str]]:
+    """{sub-package: the layers its modules sit in}, for each sub-package of autograder/ in more than one.
+    `modules`: {module: its file}; a module's package is the folder its file is in (autograder/ itself aside)."""
+    layer = {m: label.split(":")[0] for label, members in layers for m in members}
+    found = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        if package.count(".") == 1 and package.startswith("autograder.") and name in layer:
+            found.setdefault(package, set()).add(layer[name])
+    return {package: sorted(labels) for package, labels in sorted(found.items()) if len(labels) > 1}
+
+
+def test_a_sub_package_sits_in_one_layer():
+    """submission/, sandbox/, report/, grade/ and graders/, integrations/: the folders are the architecture."""
+    found = packages_across_layers(LAYERS, _kit_modules())
+    assert not found, f"expected each sub-package of autograder/ in one layer, found {found}"
+
+
+def test_the_package_check_sees_a_package_across_layers():
+    modules = {"autograder.report": Path("autograder/report/__init__.py"),
+               "autograder.report.model": Path("autograder/report/model.py"),
+               "autograder.scoring": Path("autograder/scoring.py")}
+    layers = [("foundations: ...", {"autograder.scoring", "autograder.report.model"}), ("the report", {"autograder.report"})]
+    assert packages_across_layers(layers, modules) == {"autograder.report": ["foundations", "the report"]}
+    assert packages_across_layers([("foundations", set(modules))], modules) == {}
 
 
 def test_the_foundations_import_no_module_of_the_kit():

@@ -7,8 +7,8 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from autograder.grade.engine import grade
-from autograder.submission.notebooks import module_of, notebook_to_source
 from autograder.release import ASSIGNMENT_DIR, NOTEBOOKS, module_cell
+from autograder.submission.notebooks import module_of, notebook_to_source
 from tests.conftest import MODULES, TEMPLATE
 
 

@@ -31,8 +31,8 @@ def frame(header, payload=b""):
 _COST = """
 import io, sys
 import torch
-from autograder.sandbox import wire
 from autograder.grade.plugin import peak_mib
+from autograder.sandbox import wire
 data = sys.stdin.buffer.read()
 base = peak_mib()
 try:

@@ -40,15 +40,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder import MODULES, __version__
-from autograder.sandbox import batchlock
-from autograder.submission import intake
-from autograder.grade.engine import SubmissionError, WarmServers, grade
 from autograder.files import write_atomic
-from autograder.report.formats import render
+from autograder.grade.engine import SubmissionError, WarmServers, grade
 from autograder.paths import KIT
+from autograder.report.formats import render
 from autograder.report.model import GradeReport, csv_cell, csv_value, safe_line
+from autograder.sandbox import batchlock
 from autograder.sandbox.errors import GraderUnavailable
 from autograder.scoring import fmt
+from autograder.submission import intake
 
 GRADEBOOK = "gradebook.csv"
 GRADER_FAILURE = "the grader could not run student code: "  # how the error of such a row begins

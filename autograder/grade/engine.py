@@ -30,17 +30,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from autograder import MODULES
-from autograder.sandbox import batchlock
-from autograder.submission import intake
 from autograder.files import read_signed
-from autograder.submission.intake import MAX_UNZIPPED, SubmissionError  # noqa: F401  (the engine's names, as before)
-from autograder.submission.notebooks import missing_message, module_of, notebook_source
 from autograder.paths import GRADERS
 from autograder.report.model import GradeReport, TestResult
+from autograder.sandbox import batchlock
 from autograder.sandbox.errors import GraderUnavailable
 from autograder.sandbox.isolation import choose_isolation
 from autograder.sandbox.limits import Limits, grader_env, student_env
 from autograder.scoring import nothing_to_grade
+from autograder.submission import intake
+from autograder.submission.intake import MAX_UNZIPPED, SubmissionError  # noqa: F401  (the engine's names, as before)
+from autograder.submission.notebooks import missing_message, module_of, notebook_source
 
 
 @dataclass

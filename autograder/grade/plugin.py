@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from autograder import LEVELS
-from autograder.grade import checks
 from autograder.files import write_signed
+from autograder.grade import checks
 from autograder.report.model import TestResult
 from autograder.sandbox import batchlock
 from autograder.sandbox.client import Sandbox
