@@ -136,8 +136,8 @@ LEVELS = _levels_under_test()
 #: Cases also graded on the cold route (a fresh grader process, a student process started from student_process.py,
 #: as `grader_cli.py grade` does), at every level: case id -> why the cold route differs for that attack.
 COLD = {
-    "kit-files": "the cold student process's command line, `python -I <kit>/autograder/sandbox/student_process.py CONFIG`, names "
-                 "the kit's folder and carries the sandbox's config; a warm one shows the zygote's",
+    "kit-files": "the cold student process's command line, `python -I <kit>/autograder/sandbox/student_process.py "
+                 "CONFIG`, names the kit's folder and carries the sandbox's config; a warm one shows the zygote's",
     "env-own-environ": "the cold student process's environment is the one Popen gives it; a warm one's "
                        "/proc/self/environ is the zygote's, from the zygote's start",
     "results-json-daemon": "a daemon of a cold student process is ended by that process's keeper and recognised "

@@ -227,7 +227,8 @@ def test_the_package_check_sees_a_package_across_layers():
     modules = {"autograder.report": Path("autograder/report/__init__.py"),
                "autograder.report.model": Path("autograder/report/model.py"),
                "autograder.scoring": Path("autograder/scoring.py")}
-    layers = [("foundations: ...", {"autograder.scoring", "autograder.report.model"}), ("the report", {"autograder.report"})]
+    layers = [("foundations: ...", {"autograder.scoring", "autograder.report.model"}),
+              ("the report", {"autograder.report"})]
     assert packages_across_layers(layers, modules) == {"autograder.report": ["foundations", "the report"]}
     assert packages_across_layers([("foundations", set(modules))], modules) == {}
 

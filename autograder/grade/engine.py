@@ -103,8 +103,8 @@ def taken(path, max_unzipped=None):
     a zip is checked before it is unpacked. A module that the submission has
     only as a notebook (`01_attention.ipynb`) is converted
     (autograder.submission.notebooks); of a module's two forms, the one with work is
-    taken (autograder.submission.intake.one_form). Raises SubmissionError when `path` cannot be read at all (no such path, not a
-    zip, a zip bomb, too many entries); its message names the submission by
+    taken (autograder.submission.intake.one_form). Raises SubmissionError when `path` cannot be
+    read at all (no such path, not a zip, a zip bomb, too many entries); its message names the submission by
     its id (`submission_id`), never by a path of this machine.
     `max_unzipped`: the most bytes a submission may unpack to (default
     autograder.submission.intake.MAX_UNZIPPED).
@@ -124,8 +124,8 @@ def taken(path, max_unzipped=None):
 
 
 def _take(path, tmp):
-    """({name: bytes}, {name: why not graded}) of the submission at `path` (autograder.submission.intake), the notes
-    capped (autograder.submission.intake.capped_notes: each module's first, at most MAX_NOTES in all, the rest counted)."""
+    """({name: bytes}, {name: why not graded}) of the submission at `path` (autograder.submission.intake), the
+    notes capped (intake.capped_notes: each module's first, at most MAX_NOTES in all, the rest counted)."""
     if path.is_dir():
         files, notes = intake.take_folder(path)
         return files, intake.capped_notes(notes)

@@ -39,13 +39,15 @@ def pytest_addoption(parser):
     group.addoption("--key-fd", type=int, default=None,
                     help="a file descriptor to read the key that signs the results from (HMAC-SHA256)")
     group.addoption("--call-timeout", type=float, default=10.0, help="seconds allowed for one call into student code")
-    group.addoption("--limits", default="{}", help="limits of the student process, as JSON (autograder.sandbox.limits.Limits)")
+    group.addoption("--limits", default="{}",
+                    help="limits of the student process, as JSON (autograder.sandbox.limits.Limits)")
     group.addoption("--isolation", choices=["auto", *LEVELS], default="auto",
                     help="how the student process is confined (autograder.sandbox.isolation.choose_isolation)")
     group.addoption("--student-python", default=sys.executable, help="the interpreter of the student process")
     group.addoption("--zygote", help="address of a warm student zygote (autograder.sandbox.forkserver)")
     group.addoption("--batch-dir", default=None,
-                    help="the class run this grading belongs to (autograder.sandbox.batchlock; default: $MHA_BATCH_DIR)")
+                    help="the class run this grading belongs to (autograder.sandbox.batchlock; default: "
+                         "$MHA_BATCH_DIR)")
     group.addoption("--intake", default="{}", help="what the engine's intake left out, as JSON: {\"missing\": "
                     "{module: why}, \"source\": the original submission} (autograder.grade.engine.taken)")
 

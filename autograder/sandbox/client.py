@@ -125,7 +125,7 @@ class Sandbox:
         for folder in (self._work, self._home):  # each student process starts with an empty home and a fresh copy
             remove_tree(folder)
             folder.mkdir(mode=0o700)
-        for name in os.listdir(self.submission):  # regular files only, never through a link (autograder.submission.intake)
+        for name in os.listdir(self.submission):  # regular files only, never through a link (submission.intake)
             if name.endswith(".py"):
                 try:
                     data = _intake.read_regular(self.submission / name, _intake.MAX_FILE[".py"], name)

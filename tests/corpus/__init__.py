@@ -96,7 +96,8 @@ ATTACK_KINDS: tuple[str, ...] = (
     "huge-file",  # a module over the size limit
     # answers that would cost the trusted side far more than their size (autograder/sandbox/wire.py)
     "answer-bombs",  # DEFLATE records, stride-0 tensors, 20 MB messages, sparse tensors sent as answers
-    # notebooks that would cost the trusted side's conversion far more than their size (autograder/submission/notebooks.py)
+    # notebooks that would cost the trusted side's conversion far more than their size
+    # (autograder/submission/notebooks.py)
     "notebook-bombs",  # a cell of millions of lines, nesting the parser cannot hold, a cell whose source is no text
     "intake-scale",  # a folder of thousands of small files around the modules: the search for them must stay linear
     "notebook-conversions",  # honest notebook code that a careless conversion breaks (lines like magics, constants)
