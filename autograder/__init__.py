@@ -5,8 +5,8 @@ __version__ = "1.1.0"  # the kit's release: `grader_cli.py --version` prints it,
 # The five modules of the student contract, in its order: the one list the library uses.
 MODULES = ("attention", "heads", "masks", "mha", "positional")
 
-# How student code can be confined, strongest first (autograder/student_process.py applies them, autograder.sandbox
-# chooses), and what each means in a report.
+# How student code can be confined, strongest first (autograder/sandbox/student_process.py applies them,
+# autograder.sandbox.isolation chooses), and what each means in a report.
 LEVELS = ("namespaces", "landlock", "none")
 LEVEL_HELP = {
     "namespaces": "own PID, mount and network namespaces; sees only system folders and its copy",

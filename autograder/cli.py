@@ -13,9 +13,9 @@ import click
 
 EXIT_OK, EXIT_BELOW_MIN, EXIT_CANNOT_RUN = 0, 1, 2
 from autograder import LEVELS  # noqa: E402  (the package's __init__ imports nothing)
-from autograder.formats import FORMATS as _FORMATS, render as render_report  # noqa: E402  (stdlib only)
 from autograder.paths import TORCH_VERSION  # noqa: E402  (stdlib only)
-FORMATS = list(_FORMATS)  # autograder/formats.py: the one registry of formats
+from autograder.report.formats import FORMATS as _FORMATS, render as render_report  # noqa: E402  (stdlib only)
+FORMATS = list(_FORMATS)  # autograder/report/formats.py: the one registry of formats
 FORMAT_HELP = ("text: a readable report; json: all data for other tools; gradescope: results.json per "
                "Gradescope's autograder specification; markdown, html: feedback for the student (html with "
                "heatmaps of their attention weights); junit: JUnit XML for CI test reports; classroom: the "
@@ -66,7 +66,7 @@ def sandbox_options(command):
 
 def _sandbox(memory_limit, cpu_limit, max_processes, max_output, isolation, require_isolation, no_isolation,
              max_unzipped):
-    from autograder.sandbox import Limits
+    from autograder.sandbox.limits import Limits
 
     return {"limits": Limits(cpu_seconds=cpu_limit, memory_bytes=memory_limit, processes=max_processes,
                              output_bytes=max_output),
@@ -124,7 +124,7 @@ def _write(report, text, output):
 def _print_version(ctx, param, value):
     if not value or ctx.resilient_parsing:
         return
-    from autograder.batch import versions
+    from autograder.grade.batch import versions
 
     v = versions()
     click.echo(f"mha-kit {v['kit']}\ntorch {v['torch']}\npython {v['python']}\n"
@@ -188,10 +188,10 @@ def grade(path, fmt, output, min_score, call_timeout, submission_timeout, timeou
          and why) for a submission that cannot be read, "error" (no score,
          never 0) when the grader failed.
     """
-    from autograder.engine import SubmissionError, submission_id
-    from autograder.engine import grade as grade_submission
-    from autograder.results import GradeReport, safe_line, safe_text
-    from autograder.sandbox import GraderUnavailable
+    from autograder.grade.engine import SubmissionError, submission_id
+    from autograder.grade.engine import grade as grade_submission
+    from autograder.report.model import GradeReport, safe_line, safe_text
+    from autograder.sandbox.errors import GraderUnavailable
 
     call_timeout = _timeout_alias(timeout, "seconds per call", "--call-timeout") or call_timeout
     try:
@@ -236,8 +236,8 @@ def render(report_json, fmt, output):
     """
     import json
 
-    from autograder.ci_formats import report_from_dict
-    from autograder.results import safe_line
+    from autograder.report.ci import report_from_dict
+    from autograder.report.model import safe_line
 
     try:
         report = report_from_dict(json.loads(report_json.read_text(encoding="utf-8")))
@@ -260,9 +260,9 @@ def check(path):
     """
     import subprocess
 
-    from autograder.engine import SubmissionError, prepared
+    from autograder.grade.engine import SubmissionError, prepared
     from autograder.release import SELF_CHECK
-    from autograder.results import safe_text
+    from autograder.report.model import safe_text
 
     try:
         with prepared(path) as folder:
@@ -303,9 +303,10 @@ def grade_all(folder, output, jobs, force, call_timeout, submission_timeout, tim
     the student code of some submissions (their rows: "error", no score; a
     second run grades them again); 130 after Ctrl-C.
     """
-    from autograder import batch
-    from autograder.results import GradeReport, safe_line
-    from autograder.sandbox import GraderUnavailable, choose_isolation
+    from autograder.grade import batch
+    from autograder.report.model import GradeReport, safe_line
+    from autograder.sandbox.errors import GraderUnavailable
+    from autograder.sandbox.isolation import choose_isolation
 
     timeout = _timeout_alias(timeout, "seconds per submission", "--submission-timeout") or submission_timeout
     options = _sandbox(**sandbox)
@@ -366,7 +367,7 @@ def release(check):
        copied from solutions/<module>.py (the one place the code lives),
        and its task cell states the graders' points.
     2. The kit's generated files follow: the self-check's points, the
-       README's points table, autograder/released.py.
+       README's points table, autograder/submission/released.py.
     3. student_template/: the .py stubs rendered from solutions/ (each
        `### BEGIN SOLUTION` ... `### END SOLUTION` region becomes
        `raise NotImplementedError()`, as nbgrader does; docstrings stay),
@@ -407,7 +408,7 @@ def bench(submission, device, plot_path, tokens, heads, d_model, batch, threads)
     counts and sequence lengths; with SUBMISSION, also the student's stacked
     and fused modules (run in the sandbox, timed by the grader's clock).
     """
-    from autograder import bench as b
+    from autograder.grade import bench as b
 
     if device == "cuda":
         import torch
@@ -425,8 +426,8 @@ def bench(submission, device, plot_path, tokens, heads, d_model, batch, threads)
     with ExitStack() as stack:
         student = None
         if submission is not None:
-            from autograder.engine import prepared
-            from autograder.sandbox import Sandbox
+            from autograder.grade.engine import prepared
+            from autograder.sandbox.client import Sandbox
 
             student = stack.enter_context(Sandbox(stack.enter_context(prepared(submission)), call_timeout=120))
         with click.progressbar(length=total, label="timing", file=sys.stderr) as bar:
@@ -464,7 +465,7 @@ def gradescope_zip(output, torch_version, torch_index_url, torch_cuda):
     with grader_cli.py, requirements.txt, autograder/ and the reference
     solutions/ (instructor-side: students never see them).
     """
-    from autograder.gradescope import CPU_INDEX_URL, build_zip
+    from autograder.integrations.gradescope import CPU_INDEX_URL, build_zip
 
     index = torch_index_url if torch_index_url is not None else ("" if torch_cuda else CPU_INDEX_URL)
     names = build_zip(output, torch_version=torch_version, torch_index_url=index, cuda=torch_cuda)
@@ -494,8 +495,8 @@ def nbgrader_sync(course, assignment, students, overwrite_manual):
     its gradebook or ASSIGNMENT is unknown (the assignments it knows are
     named), or a grading did not complete (nothing written for it).
     """
-    from autograder.nbgrader_sync import SyncError, sync_course
-    from autograder.results import safe_line, safe_text
+    from autograder.integrations.nbgrader_sync import SyncError, sync_course
+    from autograder.report.model import safe_line, safe_text
     from autograder.scoring import fmt
 
     try:

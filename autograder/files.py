@@ -1,7 +1,7 @@
 """Files the kit writes: all at once or not at all, and the graders' signed results. Stdlib only.
 
-The hidden graders (autograder/plugin.py, in the grader process) write their results signed with a key that
-only the engine and they know; the engine (autograder/engine.py) reads them back and uses nothing of a file
+The hidden graders (autograder/grade/plugin.py, in the grader process) write their results signed with a key that
+only the engine and they know; the engine (autograder/grade/engine.py) reads them back and uses nothing of a file
 whose signature does not match: a student process that writes a results file of its own gains nothing.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Benchmark: submissions per minute of grade-all on this machine.
 
 Builds a class of N submissions (the reference and the corpus's planted
-bugs, in turn) and grades it with autograder.batch.grade_all, jobs = cores.
+bugs, in turn) and grades it with autograder.grade.batch.grade_all, jobs = cores.
 
     python benchmarks/class_throughput.py [--students 20] [--jobs N]
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autograder.batch import grade_all  # noqa: E402
+from autograder.grade.batch import grade_all  # noqa: E402
 from tests.corpus import load_corpus, materialize  # noqa: E402
 
 

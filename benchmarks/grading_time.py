@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autograder.engine import grade  # noqa: E402
+from autograder.grade.engine import grade  # noqa: E402
 
 
 def main():

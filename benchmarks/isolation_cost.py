@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autograder import LEVELS  # noqa: E402
-from autograder.engine import grade  # noqa: E402
-from autograder.sandbox import _probe, probe  # noqa: E402
+from autograder.grade.engine import grade  # noqa: E402
+from autograder.sandbox.isolation import _probe, probe  # noqa: E402
 
 
 def spread(values):

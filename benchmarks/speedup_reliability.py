@@ -1,6 +1,6 @@
 """Benchmark: is the speedup grading reliable under load, and under attack?
 
-Runs the speedup grading (autograder.timing.measure_until, retries included:
+Runs the speedup grading (autograder.grade.timing.measure_until, retries included:
 exactly what a grading runs) RUNS times on each of: the reference fused
 module (must pass every time), a fused module that loops over the heads, and
 the timing attacks of the adversarial corpus (tests/corpus/attacks.toml:
@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autograder import timing  # noqa: E402
-from autograder.sandbox import Sandbox  # noqa: E402
+from autograder.grade import timing  # noqa: E402
+from autograder.sandbox.client import Sandbox  # noqa: E402
 from tests.corpus import load_attacks, load_corpus, materialize  # noqa: E402
 
 CHUNK = 25

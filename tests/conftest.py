@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.engine import grade
+from autograder.grade.engine import grade
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
@@ -34,7 +34,7 @@ def reference_report():
 
 @pytest.fixture(scope="session")
 def warm_servers():
-    """The two fork servers of a class run (autograder.engine.WarmServers), shared by the session.
+    """The two fork servers of a class run (autograder.grade.engine.WarmServers), shared by the session.
 
     For the tests whose subject is what a grading finds (the corpus, blame), not how its processes start:
     a grading through them takes ~1.5 s instead of ~8 s cold, and gives the same report
@@ -42,7 +42,7 @@ def warm_servers():
     and template_report are graded cold, as `grader_cli.py grade` does, and tests/test_attacks.py grades
     every case that could behave differently cold on both routes. None (cold gradings) where the servers
     cannot start here."""
-    from autograder.engine import WarmServers
+    from autograder.grade.engine import WarmServers
 
     try:
         servers = WarmServers()

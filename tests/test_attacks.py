@@ -27,13 +27,13 @@ from links that stay inside it, never through a link to the kit.
 `test_another_students_code_stays_private` grades a correct submission and
 an attacking one side by side: the attacker must neither earn with nor see
 the other student's code. `test_a_class_run_goes_on_and_no_neighbour_moves`
-grades the class-scenario cases with `grade-all` (autograder.batch) next to
+grades the class-scenario cases with `grade-all` (autograder.grade.batch) next to
 a correct neighbour: the run lists both, the neighbour keeps 100 with clean
 speed measurements.
 
 **Levels.** Every case is a test at every level (`[namespaces-<case>]`,
 `[landlock-<case>]`, `[none-<case>]`). Which levels the machine offers is
-found by probing (`autograder.sandbox.choose_isolation(level)`); a level it
+found by probing (`autograder.sandbox.isolation.choose_isolation(level)`); a level it
 does not offer skips its tests, saying why. As root, student code below
 namespaces runs as a uid of its own, which must read Python and torch: those
 levels use the `student_python` interpreter (tests/conftest.py). Cases that
@@ -41,7 +41,7 @@ need what a level does not provide (isolation: the namespaces or landlock
 level; a process limit, a memory limit) are skipped there with the reason.
 
 **Warm servers, one grading at a time.** Each level has its own
-`autograder.engine.WarmServers` (a grader fork server that has imported
+`autograder.grade.engine.WarmServers` (a grader fork server that has imported
 pytest, torch and the graders; a student zygote that has imported torch),
 started at the level's first test and stopped after its last (tests are
 grouped by level, so one pair runs at a time): a grading costs a fork, not
@@ -97,10 +97,12 @@ from pathlib import Path
 
 import pytest
 
-from autograder import batch as batch_module
-from autograder import sandbox as sandbox_module
-from autograder.engine import SubmissionError, WarmServers, grade
-from autograder.formats import render
+import autograder
+from autograder.grade import batch as batch_module
+from autograder.grade.engine import SubmissionError, WarmServers, grade
+from autograder.report.formats import render
+from autograder.sandbox import client, isolation, limits as limits_module
+from autograder.sandbox.errors import GraderUnavailable
 from tests.conftest import ATTACK_FIGURES, ROOT, SOLUTIONS, TEMPLATE
 from tests.corpus import ATTACK_KINDS, MODULES, NEEDS, CorpusError, PatchError, load_attacks, materialize
 
@@ -123,10 +125,10 @@ MAX_REPORT_BYTES = 512 << 10
 def _levels_under_test() -> tuple[str, ...]:
     """The isolation levels the corpus is graded at: MHA_ATTACKS_ISOLATION (comma-separated), else all."""
     asked = [x.strip() for x in os.environ.get("MHA_ATTACKS_ISOLATION", "").split(",") if x.strip()]
-    unknown = [x for x in asked if x not in sandbox_module.LEVELS]
+    unknown = [x for x in asked if x not in autograder.LEVELS]
     if unknown:
-        raise ValueError(f"MHA_ATTACKS_ISOLATION: expected levels among {sandbox_module.LEVELS}, got {unknown}")
-    return tuple(asked) or sandbox_module.LEVELS
+        raise ValueError(f"MHA_ATTACKS_ISOLATION: expected levels among {autograder.LEVELS}, got {unknown}")
+    return tuple(asked) or autograder.LEVELS
 
 
 LEVELS = _levels_under_test()
@@ -134,8 +136,8 @@ LEVELS = _levels_under_test()
 #: Cases also graded on the cold route (a fresh grader process, a student process started from student_process.py,
 #: as `grader_cli.py grade` does), at every level: case id -> why the cold route differs for that attack.
 COLD = {
-    "kit-files": "the cold student process's command line, `python -I <kit>/autograder/student_process.py CONFIG`, names "
-                 "the kit's folder and carries the sandbox's config; a warm one shows the zygote's",
+    "kit-files": "the cold student process's command line, `python -I <kit>/autograder/sandbox/student_process.py "
+                 "CONFIG`, names the kit's folder and carries the sandbox's config; a warm one shows the zygote's",
     "env-own-environ": "the cold student process's environment is the one Popen gives it; a warm one's "
                        "/proc/self/environ is the zygote's, from the zygote's start",
     "results-json-daemon": "a daemon of a cold student process is ended by that process's keeper and recognised "
@@ -252,12 +254,12 @@ def unmet_needs(needs, level) -> list[str]:
                 reasons.append(f"isolation: student code runs at the {level} level, which keeps no files, "
                                "processes or network from it")
         elif need in ("process-limit", "memory-limit"):
-            limits = getattr(sandbox_module, "Limits", None)
+            limits = getattr(limits_module, "Limits", None)
             field = {"process-limit": "processes", "memory-limit": "memory_bytes"}[need]
             if limits is None:
-                reasons.append(f"{need}: autograder.sandbox has no Limits (no {field} limit yet)")
+                reasons.append(f"{need}: autograder.sandbox.limits has no Limits (no {field} limit yet)")
             elif not getattr(limits(), field, None):
-                reasons.append(f"{need}: autograder.sandbox.Limits().{field} is not set")
+                reasons.append(f"{need}: autograder.sandbox.limits.Limits().{field} is not set")
         else:
             reasons.append(f"{need}: unknown need")
     return reasons
@@ -280,9 +282,9 @@ class Level:
     def __init__(self, name, python):
         self.name, self.python = name, python
         try:
-            sandbox_module.choose_isolation(name, python=python)
+            isolation.choose_isolation(name, python=python)
             self.why_not = None
-        except sandbox_module.GraderUnavailable as exc:
+        except GraderUnavailable as exc:
             self.why_not = str(exc)
         self._servers = None
         self._lock = threading.Lock()
@@ -845,8 +847,8 @@ def test_every_corpus_case_is_graded_at_every_level(request):
     unknown_cold = sorted(set(COLD) - set(ids))
     if unknown_cold:
         problems.append(f"expected COLD to name corpus cases, it names {unknown_cold}")
-    if "MHA_ATTACKS_ISOLATION" not in os.environ and LEVELS != sandbox_module.LEVELS:
-        problems.append(f"expected every level {sandbox_module.LEVELS} under test, got {LEVELS}")
+    if "MHA_ATTACKS_ISOLATION" not in os.environ and LEVELS != autograder.LEVELS:
+        problems.append(f"expected every level {autograder.LEVELS} under test, got {LEVELS}")
     assert not problems, "\n".join(problems)
 
 
@@ -907,7 +909,7 @@ def test_a_live_student_process_is_seen_by_the_survivor_check(level, route, at, 
     zygote = at.servers().zygote.address if route == "warm" else None
     # each form on its own: the warm one by the zygote's address only, the cold one by the submission only
     names, zygotes = ([], at.zygotes()) if route == "warm" else ([submission], {})
-    with sandbox_module.Sandbox(submission, isolation=level, python=at.python, zygote=zygote) as sb:
+    with client.Sandbox(submission, isolation=level, python=at.python, zygote=zygote) as sb:
         sb.call("masks", "causal_mask", 2)
         alive = surviving_student_processes(names, zygotes, timeout=0)
         assert alive, f"at {level}, {route}: expected the running student process counted, got none"

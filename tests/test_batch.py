@@ -10,9 +10,9 @@ from decimal import Decimal
 import pytest
 from click.testing import CliRunner
 
-from autograder import batch
-from autograder.feedback import to_markdown
-from autograder.results import GradeReport
+from autograder.grade import batch
+from autograder.report.html import to_markdown
+from autograder.report.model import GradeReport
 from grader_cli import cli
 from tests.conftest import MODULES, SOLUTIONS, TEMPLATE
 from tests.corpus import load_corpus, materialize
@@ -147,7 +147,7 @@ def test_second_run_skips_what_is_graded_and_force_regrades(classroom, monkeypat
 
 
 def test_a_grading_that_did_not_complete_is_never_a_score():
-    from autograder.results import GradeReport
+    from autograder.report.model import GradeReport
 
     for status in ("timeout", "error"):
         row = batch.row_from_report(GradeReport(submission="x", status=status, error="grading did not finish"))
@@ -159,7 +159,7 @@ def test_a_grading_that_did_not_complete_is_never_a_score():
 
 def test_warm_servers_leave_no_temporary_folder(tmp_path, monkeypatch):
     """Issue 14: each grade-all run left an empty /tmp/mha-zygote-home-* behind."""
-    from autograder.engine import WarmServers
+    from autograder.grade.engine import WarmServers
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # this process's temp folders, and only them
     with WarmServers() as servers:
@@ -210,7 +210,7 @@ def test_a_new_kit_or_new_limits_grade_everything_again(tmp_path, monkeypatch):
     (out / "alice").mkdir()
     (out / "alice" / "results.json").write_text("{}")
     assert batch.plan(subs, out)[2] == [], "expected nothing to grade when nothing changed"
-    from autograder.sandbox import Limits
+    from autograder.sandbox.limits import Limits
 
     assert batch.plan(subs, out, limits=Limits(cpu_seconds=5))[3] == 1, "expected new limits to count as a change"
     monkeypatch.setattr(batch, "kit_digest", lambda: "another kit")

@@ -16,8 +16,9 @@ import time
 import pytest
 import torch
 
-from autograder import batchlock, freeze, timing
-from autograder.sandbox import Sandbox
+from autograder.grade import timing
+from autograder.sandbox import batchlock, freeze
+from autograder.sandbox.client import Sandbox
 from tests.conftest import SOLUTIONS
 
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes
@@ -196,7 +197,7 @@ def test_deadlines_outside_a_batch_are_plain_wall_clock(monkeypatch):
 
 def test_a_grading_is_not_charged_the_time_a_measurement_kept_the_batch_stopped(batch):
     # a grading allowed 1 s that takes 2 s, while a measurement keeps the batch stopped for 3 s of it
-    from autograder.engine import _in_time
+    from autograder.grade.engine import _in_time
 
     entered = threading.Event()
 

@@ -8,7 +8,7 @@ the MHA's own, next to a faulty part, still costs MHA points.
 """
 import pytest
 
-from autograder.engine import grade
+from autograder.grade.engine import grade
 from tests.conftest import SOLUTIONS
 
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes

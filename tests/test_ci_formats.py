@@ -17,12 +17,12 @@ from functools import lru_cache
 import pytest
 import yaml
 
-from autograder.ci_formats import (CLASSROOM_MAX_CHARS, classroom_scores, report_from_dict, to_classroom,
-                                   to_junit)
-from autograder.results import GradeReport
-from autograder.formats import render
 from autograder.paths import TORCH
-from autograder.results import TestResult as Result
+from autograder.report.ci import (CLASSROOM_MAX_CHARS, classroom_scores, report_from_dict, to_classroom,
+                                   to_junit)
+from autograder.report.formats import render
+from autograder.report.model import GradeReport
+from autograder.report.model import TestResult as Result
 from tests.conftest import MODULES, ROOT
 
 WORKFLOW = ROOT / "templates" / "github-classroom" / "autograding.yml"
@@ -358,7 +358,7 @@ def figures_in_every_format(report):
     import csv
     import io
 
-    from autograder import batch
+    from autograder.grade import batch
 
     D = (lambda x: Decimal(str(x)))
     out = {}

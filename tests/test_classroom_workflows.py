@@ -21,7 +21,7 @@ import subprocess
 import pytest
 import yaml
 
-from autograder.engine import grade
+from autograder.grade.engine import grade
 from tests.conftest import MODULES, ROOT
 
 TEMPLATES = ROOT / "templates" / "github-classroom"

@@ -44,7 +44,7 @@ def test_command_summaries_are_whole_and_grade_names_notebooks():
 
 def test_version_names_the_kit_torch_and_the_graders_checksum():
     import autograder
-    from autograder import batch
+    from autograder.grade import batch
 
     result = run("--version")
     assert result.exit_code == 0, result.output
@@ -72,7 +72,7 @@ def test_the_unzip_limit_is_an_option_with_its_reason(tmp_path):
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("notes.txt", b"\0" * (2 << 20))  # 2 MiB unpacked, a few KB packed
     out = tmp_path / "report.json"
-    from autograder import intake
+    from autograder.submission import intake
 
     cap = intake.MAX_UNZIPPED
     result = run("grade", archive, "--max-unzipped", "1MiB", "--format", "json", "--output", out)

@@ -9,8 +9,8 @@ supports it; a correct style gets no message at all.
 import pytest
 import torch
 
-from autograder import diagnose
-from autograder.engine import grade
+from autograder.grade import diagnose
+from autograder.grade.engine import grade
 from autograder.graders.common import params_of, random_mask, randn
 from solutions import attention as ref_attention
 from solutions import mha as ref_mha
@@ -113,7 +113,7 @@ def test_an_error_names_a_mistake_only_when_that_mistake_raises_exactly_that_err
     """diagnose.attention_errors: the mistakes that raise on the inputs (a mask transposed when L != S, dropout
     applied to the output) are named by their exact error, and another error, or the right type with another
     message, names nothing."""
-    from autograder.sandbox import StudentError
+    from autograder.sandbox.errors import StudentError
 
     q, k, v = randn(2, 3, 4), randn(2, 5, 4, seed=1), randn(2, 5, 6, seed=2)  # L = 3, S = 5, d_v = 6
     mask, pattern = random_mask(2, 3, 5), torch.full((2, 3, 5), 2.0)

@@ -9,7 +9,8 @@ import importlib
 
 import pytest
 
-from autograder.sandbox import Sandbox, StudentError
+from autograder.sandbox.client import Sandbox
+from autograder.sandbox.errors import StudentError
 from tests.conftest import MODULES, SOLUTIONS, TEMPLATE
 
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes

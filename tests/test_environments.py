@@ -37,9 +37,10 @@ from pathlib import Path
 
 import pytest
 
-from autograder import sandbox
-from autograder.engine import grade
-from autograder.sandbox import GraderUnavailable, choose_isolation
+from autograder import LEVELS
+from autograder.grade.engine import grade
+from autograder.sandbox.errors import GraderUnavailable
+from autograder.sandbox.isolation import choose_isolation
 from tests.conftest import ROOT, SOLUTIONS, SPARE_UID
 
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes
@@ -166,7 +167,7 @@ def test_200_threads_of_the_grading_user_leave_the_process_limit_to_the_student(
 
 # -- refusals: a lower level, or exit 2; never a 0 -----------------------------------------------------
 def _steps(level):
-    """The confinement steps a level goes through here (autograder/student_process.py marks each with _step)."""
+    """The confinement steps a level goes through here (autograder/sandbox/student_process.py marks each with _step)."""
     common = ["fork", "setrlimit", "read-python"]
     if level == "namespaces":
         own = ["unshare", "unshare-mount", "mount", "pivot-root"] + (["setuid"] if ROOT_USER else ["uid-map", "capset"])
@@ -174,7 +175,7 @@ def _steps(level):
     return common + (["setuid"] if ROOT_USER else []) + (["landlock"] if level == "landlock" else [])
 
 
-ALL_STEPS = sorted({s for level in sandbox.LEVELS for s in _steps(level)} | {"uid-map", "capset", "setuid"})
+ALL_STEPS = sorted({s for level in LEVELS for s in _steps(level)} | {"uid-map", "capset", "setuid"})
 
 
 @pytest.mark.parametrize("step", ALL_STEPS)
@@ -183,11 +184,11 @@ def test_a_refused_step_gives_a_lower_level_or_no_grading(step, monkeypatch, stu
     try:
         level = choose_isolation("auto", python=student_python)
     except GraderUnavailable as exc:
-        assert all(step in _steps(lvl) for lvl in sandbox.LEVELS), f"refusing {step} stopped every level: {exc}"
+        assert all(step in _steps(lvl) for lvl in LEVELS), f"refusing {step} stopped every level: {exc}"
         assert "refused on purpose" in str(exc) and "Remedy:" in str(exc), str(exc)
         return
-    uses = [lvl for lvl in sandbox.LEVELS if step in _steps(lvl)]
-    first_free = next(lvl for lvl in sandbox.LEVELS if lvl not in uses)
+    uses = [lvl for lvl in LEVELS if step in _steps(lvl)]
+    first_free = next(lvl for lvl in LEVELS if lvl not in uses)
     assert level == first_free, f"with {step} refused, expected the {first_free} level, got {level}"
 
 

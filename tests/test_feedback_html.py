@@ -18,11 +18,11 @@ from html.parser import HTMLParser
 import pytest
 import torch
 
-from autograder import feedback
-from autograder.feedback import HEATMAP_MAX_CELLS, to_html
 from autograder.graders.common import heatmap
-from autograder.results import GradeReport
-from autograder.results import TestResult as Result
+from autograder.report import html as report_html
+from autograder.report.html import HEATMAP_MAX_CELLS, to_html
+from autograder.report.model import GradeReport
+from autograder.report.model import TestResult as Result
 
 BROWSERS = ("chromium-headless-shell", "chromium", "google-chrome", "google-chrome-stable", "chromium-browser")
 PHONE, DESKTOP = 390, 1280
@@ -79,7 +79,7 @@ def test_an_oversized_answer_is_neither_drawn_nor_scanned(monkeypatch):
     def never(data):
         raise AssertionError("an oversized answer was drawn")
 
-    monkeypatch.setattr(feedback, "_heatmap_png", never)
+    monkeypatch.setattr(report_html, "_heatmap_png", never)
     report = GradeReport(submission="s", tests=[check("t", "tutorial 001", "failed", "wrong",
                                                       {**TUTORIAL, "yours": huge})])
     page = to_html(report)
@@ -133,7 +133,7 @@ def tutorial_figure():
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Figure, "savefig", keep)
-        feedback._heatmap_png(TUTORIAL)
+        report_html._heatmap_png(TUTORIAL)
     return drawn[0]
 
 

@@ -1,4 +1,4 @@
-"""Freezing the student side while the references are timed (autograder/freeze.py), with real processes.
+"""Freezing the student side while the references are timed (autograder/sandbox/freeze.py), with real processes.
 
 A tree like a student's: a parent that forks busy loops, each in a session of
 its own (as a daemon or a CPU burner would be). While frozen, none of them
@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from autograder import freeze, timing
+from autograder.grade import timing
+from autograder.sandbox import freeze
 
 TREE = r"""
 import os, sys, time

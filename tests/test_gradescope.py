@@ -17,7 +17,7 @@ from decimal import Decimal
 
 import pytest
 
-from autograder.gradescope import build_zip
+from autograder.integrations.gradescope import build_zip
 from autograder.paths import TORCH
 from tests.conftest import MODULES, ROOT, SOLUTIONS
 

@@ -26,13 +26,13 @@ from html.parser import HTMLParser
 import pytest
 from click.testing import CliRunner
 
-from autograder import batch
-from autograder.ci_formats import report_from_dict, to_classroom, to_junit
-from autograder.engine import grade
-from autograder.formats import render
-from autograder.feedback import _cost, to_html, to_markdown
-from autograder.results import PRINTED_TAIL, PRINTED_TITLE, GradeReport, csv_cell, csv_value, safe_line, safe_text
-from autograder.results import TestResult as Result
+from autograder.grade import batch
+from autograder.grade.engine import grade
+from autograder.report.ci import report_from_dict, to_classroom, to_junit
+from autograder.report.formats import render
+from autograder.report.html import _cost, to_html, to_markdown
+from autograder.report.model import PRINTED_TAIL, PRINTED_TITLE, GradeReport, csv_cell, csv_value, safe_line, safe_text
+from autograder.report.model import TestResult as Result
 from grader_cli import cli
 from tests.conftest import SOLUTIONS
 from tests.corpus import load_attacks, materialize

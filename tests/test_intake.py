@@ -1,4 +1,4 @@
-"""Submissions that reach outside themselves: the grader's intake (autograder/intake.py).
+"""Submissions that reach outside themselves: the grader's intake (autograder/submission/intake.py).
 
 The trusted grader reads a submission before anything is confined, as root or
 as the instructor. Whatever it reads through a symbolic link, a FIFO, a huge
@@ -25,10 +25,11 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from autograder import intake
-from autograder.engine import SubmissionError, grade, taken
-from autograder.results import GradeReport
-from autograder.sandbox import Sandbox, StudentError
+from autograder.grade.engine import SubmissionError, grade, taken
+from autograder.report.model import GradeReport
+from autograder.sandbox.client import Sandbox
+from autograder.sandbox.errors import StudentError
+from autograder.submission import intake
 from tests.conftest import MODULES, SOLUTIONS
 from tests.corpus import CorpusError, ZIP_FOLDER, load_attacks, materialize
 
@@ -167,7 +168,7 @@ def test_a_symlinked_notebook_is_not_read(tmp_path):
     assert "mha.py" not in files, f"expected no mha.py made from the linked notebook, got {files}"
     assert notes.get("04_mha.ipynb", "").startswith("04_mha.ipynb is a symbolic link"), notes
     assert missing.get("mha", "").startswith("04_mha.ipynb is a symbolic link"), missing
-    from autograder.intake import notebook_file_to_source
+    from autograder.submission.intake import notebook_file_to_source
 
     with pytest.raises(ValueError, match="symbolic link"):
         notebook_file_to_source(folder / "04_mha.ipynb")

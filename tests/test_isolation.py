@@ -16,9 +16,12 @@ import time
 import pytest
 import torch
 
-from autograder.engine import WarmServers, grade
-from autograder.forkserver import Server, Worker
-from autograder.sandbox import Limits, Sandbox, StudentError, probe
+from autograder.grade.engine import WarmServers, grade
+from autograder.sandbox.client import Sandbox
+from autograder.sandbox.errors import StudentError
+from autograder.sandbox.forkserver import Server, Worker
+from autograder.sandbox.isolation import probe
+from autograder.sandbox.limits import Limits
 from tests.conftest import SOLUTIONS
 
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes
@@ -384,10 +387,11 @@ def keep(seq_len):
 @pytest.mark.parametrize("level", ["landlock", "none"])
 def test_without_namespaces_a_guard_stops_student_code_that_fills_the_disk(tmp_path, level, student_python,
                                                                            monkeypatch):
-    """No size-capped mount holds its folders there: the disk guard (autograder/diskguard.py) ends the process
+    """No size-capped mount holds its folders there: the disk guard (autograder/sandbox/diskguard.py) ends the process
     tree once its copy and home hold more than the namespaces level's totals (here made small), the message
     says why, and the next student process starts with a fresh copy and an empty home."""
-    monkeypatch.setattr("autograder.sandbox.WRITABLE", {"tmp_bytes": 4 << 20, "copy_bytes": 1 << 20, "files": 1000})
+    monkeypatch.setattr("autograder.sandbox.client.WRITABLE",  # what the Sandbox gives its disk guard
+                        {"tmp_bytes": 4 << 20, "copy_bytes": 1 << 20, "files": 1000})
     (tmp_path / "masks.py").write_text(FILLER)
     with Sandbox(tmp_path, call_timeout=300.0, isolation=level, python=student_python) as sb:
         with pytest.raises(StudentError) as err:
@@ -401,7 +405,7 @@ def test_without_namespaces_a_guard_stops_student_code_that_fills_the_disk(tmp_p
 def test_the_disk_guard_counts_only_its_own_folders(tmp_path):
     """Space others take on the same filesystem wakes the guard (statvfs) but is not charged to the student:
     only what its folders hold is."""
-    from autograder.diskguard import DiskGuard
+    from autograder.sandbox.diskguard import DiskGuard
 
     inside, outside = tmp_path / "student", tmp_path / "others"
     inside.mkdir()

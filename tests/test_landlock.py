@@ -1,4 +1,4 @@
-"""autograder/landlock.py, checked on real processes.
+"""autograder/sandbox/landlock.py, checked on real processes.
 
 Every test starts a fresh ``python -I -c`` process that loads landlock.py by
 file path, restricts itself and then tries things, printing a JSON object of
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULE = ROOT / "autograder" / "landlock.py"
+MODULE = ROOT / "autograder" / "sandbox" / "landlock.py"
 
 _spec = importlib.util.spec_from_file_location("_landlock_under_test", MODULE)
 landlock = importlib.util.module_from_spec(_spec)

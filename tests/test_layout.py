@@ -81,8 +81,8 @@ def test_the_cycle_check_sees_a_cycle_through_a_lazy_import():
 
 
 def test_the_fork_server_knows_no_other_module_of_the_kit():
-    """It holds warm what its owner names (autograder.engine.GRADER_PRELOAD): generic, at the bottom."""
-    assert import_graph()["autograder.forkserver"] == set()
+    """It holds warm what its owner names (autograder.grade.engine.GRADER_PRELOAD): generic, at the bottom."""
+    assert import_graph()["autograder.sandbox.forkserver"] == set()
 
 
 # ---- the package: installable, one entry point, every root and the torch pin stated once ----------------
@@ -92,7 +92,7 @@ def test_every_root_of_the_kit_is_found_in_paths_py_alone():
     one place that does (the fork server aside: it is generic, and finds the folder imports start from)."""
     offenders = [name for name, path in _kit_modules().items()
                  if "Path(__file__).resolve().parent.parent" in path.read_text(encoding="utf-8")
-                 and name not in ("autograder.paths", "autograder.forkserver")]
+                 and name not in ("autograder.paths", "autograder.sandbox.forkserver")]
     assert not offenders, f"expected only autograder/paths.py to find the kit's root, found it in {offenders}"
 
 
@@ -151,22 +151,31 @@ def test_python_dash_m_autograder_is_the_command_line(tmp_path):
 # ---- the layers: every import goes down or sideways, never up ---------------------------------------------
 
 #: The kit's modules, bottom up. A module imports only from its own layer or the ones below it; a new module
-#: must be placed here (the test names it), which is where its place in the architecture is decided.
+#: must be placed here (the test names it), which is where its place in the architecture is decided. Each
+#: sub-package of autograder/ sits in one layer (test_a_sub_package_sits_in_one_layer): the folders show it.
 LAYERS = [
     ("foundations: stdlib only, no other module of the kit",
-     {"autograder", "autograder.paths", "autograder.files", "autograder.scoring", "autograder.wire", "autograder.freeze",
-      "autograder.diskguard", "autograder.landlock", "autograder.forkserver", "autograder.released",
-      "autograder.diagnose", "autograder.student_process", "autograder.selfcheck", "autograder.graders.common"}),
-    ("the submission and its sandbox: intake, the student process's client, its limits and measurements",
-     {"autograder.notebooks", "autograder.intake", "autograder.batchlock", "autograder.sandbox", "autograder.timing"}),
+     {"autograder", "autograder.paths", "autograder.files", "autograder.scoring"}),
+    ("the submission: what a student hands in, read without following a link, notebooks turned into modules",
+     {"autograder.submission", "autograder.submission.intake", "autograder.submission.notebooks",
+      "autograder.submission.released"}),
+    ("the sandbox: the student process, its client, its limits and isolation, what stops or guards it from outside",
+     {"autograder.sandbox", "autograder.sandbox.limits", "autograder.sandbox.errors", "autograder.sandbox.isolation",
+      "autograder.sandbox.client", "autograder.sandbox.student_process", "autograder.sandbox.wire",
+      "autograder.sandbox.landlock", "autograder.sandbox.forkserver", "autograder.sandbox.diskguard",
+      "autograder.sandbox.freeze", "autograder.sandbox.batchlock", "autograder.sandbox.selfcheck"}),
     ("the report: the model and its formats",
-     {"autograder.results", "autograder.ci_formats", "autograder.feedback", "autograder.formats"}),
-    ("grading: the hidden graders, their checks and plugin, the engine",
-     {"autograder.checks", "autograder.plugin", "autograder.engine", "autograder.bench", "autograder.graders",
-      "autograder.graders.blame", "autograder.graders.test_attention", "autograder.graders.test_heads",
-      "autograder.graders.test_masks", "autograder.graders.test_mha", "autograder.graders.test_positional"}),
-    ("a class and the platforms: grade-all, the release step, Gradescope, nbgrader",
-     {"autograder.batch", "autograder.release", "autograder.gradescope", "autograder.nbgrader_sync"}),
+     {"autograder.report", "autograder.report.model", "autograder.report.ci", "autograder.report.html",
+      "autograder.report.formats"}),
+    ("grading: the hidden graders, their checks and plugin, the engine, the speedup measurement, a class",
+     {"autograder.grade", "autograder.grade.checks", "autograder.grade.diagnose", "autograder.grade.plugin",
+      "autograder.grade.engine", "autograder.grade.timing", "autograder.grade.bench", "autograder.grade.batch",
+      "autograder.graders", "autograder.graders.common", "autograder.graders.blame",
+      "autograder.graders.test_attention", "autograder.graders.test_heads", "autograder.graders.test_masks",
+      "autograder.graders.test_mha", "autograder.graders.test_positional"}),
+    ("the release step and the platforms: the student template, Gradescope, nbgrader",
+     {"autograder.release", "autograder.integrations", "autograder.integrations.gradescope",
+      "autograder.integrations.nbgrader_sync"}),
     ("the command line", {"autograder.cli", "autograder.__main__", "grader_cli"}),
 ]
 
@@ -196,11 +205,60 @@ def test_the_layer_check_sees_an_upward_import():
         "autograder.scoring (foundations) imports autograder.cli (the command line)"]
 
 
+def packages_across_layers(layers, modules) -> dict[str, list[str]]:
+    """{sub-package: the layers its modules sit in}, for each sub-package of autograder/ in more than one.
+    `modules`: {module: its file}; a module's package is the folder its file is in (autograder/ itself aside)."""
+    layer = {m: label.split(":")[0] for label, members in layers for m in members}
+    found = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        if package.count(".") == 1 and package.startswith("autograder.") and name in layer:
+            found.setdefault(package, set()).add(layer[name])
+    return {package: sorted(labels) for package, labels in sorted(found.items()) if len(labels) > 1}
+
+
+def test_a_sub_package_sits_in_one_layer():
+    """submission/, sandbox/, report/, grade/ and graders/, integrations/: the folders are the architecture."""
+    found = packages_across_layers(LAYERS, _kit_modules())
+    assert not found, f"expected each sub-package of autograder/ in one layer, found {found}"
+
+
+def test_the_package_check_sees_a_package_across_layers():
+    modules = {"autograder.report": Path("autograder/report/__init__.py"),
+               "autograder.report.model": Path("autograder/report/model.py"),
+               "autograder.scoring": Path("autograder/scoring.py")}
+    layers = [("foundations: ...", {"autograder.scoring", "autograder.report.model"}),
+              ("the report", {"autograder.report"})]
+    assert packages_across_layers(layers, modules) == {"autograder.report": ["foundations", "the report"]}
+    assert packages_across_layers([("foundations", set(modules))], modules) == {}
+
+
 def test_the_foundations_import_no_module_of_the_kit():
     """The student process loads some of them by path under `python -I`, before it confines itself."""
     graph = import_graph()
     found = {m: sorted(graph[m]) for m in LAYERS[0][1] if graph.get(m)}
     assert not found, f"expected the foundations to import nothing of the kit, found {found}"
+
+
+def _loaded_by_path() -> set[str]:
+    """The siblings the student process loads by path (`_sibling("wire")`): it runs under `python -I` with no
+    kit on sys.path, and loads them before it confines itself."""
+    source = (PACKAGE / "sandbox" / "student_process.py").read_text(encoding="utf-8")
+    return {f"autograder.sandbox.{name}" for name in re.findall(r'_sibling\("(\w+)"\)', source)}
+
+
+def test_what_runs_outside_the_package_imports_nothing_of_the_kit():
+    """The student process and the siblings it loads by path, from its own folder (autograder/sandbox/); the
+    self-check, shipped to students as is; the fork server, generic."""
+    loaded = _loaded_by_path()
+    assert loaded >= {"autograder.sandbox.wire", "autograder.sandbox.landlock"}, loaded
+    modules, graph = _kit_modules(), import_graph()
+    beside = sorted(m for m in loaded if m not in modules)
+    assert not beside, f"expected the student process's by-path siblings in its folder, missing {beside}"
+    alone = {"autograder.sandbox.student_process", "autograder.sandbox.selfcheck", "autograder.sandbox.forkserver",
+             *loaded}
+    found = {m: sorted(graph[m]) for m in sorted(alone) if graph[m]}
+    assert not found, f"expected these to import nothing of the kit, found {found}"
 
 
 def _kit_files() -> list[str]:

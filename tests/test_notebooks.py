@@ -6,9 +6,9 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from autograder.engine import grade
-from autograder.notebooks import module_of, notebook_to_source
+from autograder.grade.engine import grade
 from autograder.release import ASSIGNMENT_DIR, NOTEBOOKS, module_cell
+from autograder.submission.notebooks import module_of, notebook_to_source
 from tests.conftest import MODULES, TEMPLATE
 
 
@@ -129,7 +129,7 @@ def test_source_notebooks_run_top_to_bottom(tmp_path):
 
 def test_the_module_keeps_each_cells_line_numbers():
     """Line k of a notebook cell is line k below its `# --- cell N` marker, so messages can name the cell."""
-    from autograder.notebooks import cell_of
+    from autograder.submission.notebooks import cell_of
 
     nb = new_notebook(cells=[
         new_markdown_cell("# Title"),
@@ -151,8 +151,8 @@ def test_the_module_keeps_each_cells_line_numbers():
 
 
 def test_a_missing_notebook_is_named_with_the_cell_its_code_goes_in():
-    from autograder.notebooks import missing_message
-    from autograder.released import MODULE_CELLS
+    from autograder.submission.notebooks import missing_message
+    from autograder.submission.released import MODULE_CELLS
 
     text = missing_message("heads")
     assert text.startswith("02_heads.ipynb is missing from the submission"), text
@@ -335,7 +335,7 @@ def test_an_assignment_that_reads_a_plotting_name_is_not_kept_even_if_a_function
     {"cell_type": "code", "source": "x = " + "(" * 5000 + ")" * 5000, "metadata": {}, "outputs": []},
 ])
 def test_a_malformed_or_unparsable_cell_is_left_out_and_the_rest_is_read(cell):
-    from autograder.notebooks import notebook_source
+    from autograder.submission.notebooks import notebook_source
 
     nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
           "cells": [cell, {"cell_type": "code", "source": "def f():\n    return 1\n", "metadata": {}, "outputs": [],
@@ -345,7 +345,7 @@ def test_a_malformed_or_unparsable_cell_is_left_out_and_the_rest_is_read(cell):
 
 
 def test_a_notebook_nbformat_cannot_read_is_a_clear_error_of_its_module_alone():
-    from autograder.notebooks import notebook_source
+    from autograder.submission.notebooks import notebook_source
 
     nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": ["not a cell"]}
     with pytest.raises(ValueError, match="^01_attention.ipynb is not a readable notebook: ValidationError"):
@@ -355,7 +355,7 @@ def test_a_notebook_nbformat_cannot_read_is_a_clear_error_of_its_module_alone():
 def test_a_cell_too_long_to_read_is_not_parsed_and_its_module_says_so():
     """5 million `x=1` lines made the trusted process reach 11.9 GB parsing them: a cell over the cap is never
     parsed; in the module cell, the module raises ImportError saying why (that module's checks only)."""
-    from autograder.notebooks import MAX_CELL_CHARS
+    from autograder.submission.notebooks import MAX_CELL_CHARS
 
     lines = MAX_CELL_CHARS // 4 + 1
     source = _module("def f():\n    return 1\n", "x=1\n" * lines, module_cell_index=1)
@@ -367,7 +367,7 @@ def test_a_cell_too_long_to_read_is_not_parsed_and_its_module_says_so():
 @pytest.mark.parametrize("as_list", [False, True])
 def test_a_file_with_a_cell_too_long_to_read_is_never_validated_line_by_line(as_list):
     """The cell is emptied in the JSON before nbformat validates it (4 million lines took 20 s and 500 MB)."""
-    from autograder.notebooks import MAX_CELL_CHARS, notebook_source
+    from autograder.submission.notebooks import MAX_CELL_CHARS, notebook_source
 
     lines = ["x=1\n"] * (MAX_CELL_CHARS // 4 + 1)
     nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
@@ -390,7 +390,7 @@ def test_a_module_cell_the_parser_cannot_hold_or_without_text_says_so():
     nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
         {"cell_type": "code", "id": "c", "source": 123, "outputs": [], "execution_count": None,
          "metadata": {"nbgrader": {"grade_id": "attention-code", "solution": True}}}]}
-    from autograder.notebooks import notebook_source
+    from autograder.submission.notebooks import notebook_source
 
     with pytest.raises(ImportError, match="cell 1 of 01_attention.ipynb has no text as its source"):
         _run(notebook_source(json.dumps(nb).encode(), "01_attention.ipynb"))

@@ -270,7 +270,7 @@ def test_a_changed_marker_makes_release_check_name_everything_that_shows_points(
         "masks"].points + 1
     stale = release.check_sources()
     assert set(stale) == {f"assignments/mha/{n}" for n in release.NOTEBOOKS.values()} | {
-        "autograder/selfcheck.py", "README.md"}, stale
+        "autograder/sandbox/selfcheck.py", "README.md"}, stale
     assert set(release.check_template()) >= {*release.NOTEBOOKS.values(), "README.md", "selfcheck.py"}
 
 
@@ -303,8 +303,8 @@ def test_grader_points_counts_cuda_checks_and_keyword_markers(tmp_path):
 
 # -- what grading knows of the released template -------------------------------------------------------
 def test_released_digests_tell_the_template_from_work(expected):
-    from autograder import intake
-    from autograder.released import MODULE_CELLS, NAMES
+    from autograder.submission import intake
+    from autograder.submission.released import MODULE_CELLS, NAMES
 
     assert release.RELEASED.read_text() == release.released_text(expected)
     for module in release.MODULES:
@@ -319,7 +319,7 @@ def test_released_digests_tell_the_template_from_work(expected):
 
 
 def test_code_digest_sees_code_only():
-    from autograder.intake import code_digest
+    from autograder.submission.intake import code_digest
 
     source = 'def f(x):\n    """Doc."""\n    return x + 1  # add one\n'
     same = ['"""Module doc."""\n# a comment\n\n' + source, source.replace("\n", "\r\n"), source + "\n\n\n",

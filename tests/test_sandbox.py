@@ -8,8 +8,9 @@ import time
 import pytest
 import torch
 
-from autograder import checks
-from autograder.sandbox import MAX_STRIKES, Sandbox, StudentError
+from autograder.grade import checks
+from autograder.sandbox.client import MAX_STRIKES, Sandbox
+from autograder.sandbox.errors import StudentError
 
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes
 

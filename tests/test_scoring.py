@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from autograder.engine import GRADERS, grade
-from autograder.formats import render
+from autograder.grade.engine import GRADERS, grade
+from autograder.report.formats import render
 from autograder.scoring import nothing_to_grade
 from tests.conftest import MODULES, ROOT
 from tests.test_ci_formats import figures_in_every_format

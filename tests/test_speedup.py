@@ -8,8 +8,8 @@ test_scoring (the reference scores 100).
 """
 import pytest
 
-from autograder import timing
-from autograder.engine import grade
+from autograder.grade import timing
+from autograder.grade.engine import grade
 from tests.conftest import SOLUTIONS
 from tests.corpus import load_corpus, materialize
 
@@ -178,8 +178,8 @@ def test_only_the_run_delay_of_a_block_run_by_one_thread_is_taken_off(tmp_path, 
     import sys
     import time
 
-    from autograder import freeze
-    from autograder.sandbox import Sandbox
+    from autograder.sandbox import freeze
+    from autograder.sandbox.client import Sandbox
 
     if how == "one thread":  # a task started anywhere on this busy machine also stops the correction
         monkeypatch.setattr(freeze, "tasks_created", lambda: 0)
@@ -219,7 +219,7 @@ def test_a_run_delay_longer_than_the_block_leaves_the_threads_time_on_a_cpu(monk
     zero in the speedup)."""
     import time
 
-    from autograder import freeze
+    from autograder.sandbox import freeze
 
     class Remote:  # a block of 4 passes that takes 30 ms by the wall clock
         def time(self, xs, discard=False):

@@ -1,4 +1,4 @@
-"""The answers' format (autograder/wire.py): what a frame costs the trusted side is bounded by its size.
+"""The answers' format (autograder/sandbox/wire.py): what a frame costs the trusted side is bounded by its size.
 
 Each bomb below is a frame that the old format (torch.save read back with
 torch.load(weights_only=True)) decoded at a cost far above its size; the
@@ -18,7 +18,7 @@ import zipfile
 import pytest
 import torch
 
-from autograder import wire
+from autograder.sandbox import wire
 from tests.conftest import ROOT
 
 
@@ -31,8 +31,8 @@ def frame(header, payload=b""):
 _COST = """
 import io, sys
 import torch
-from autograder import wire
-from autograder.plugin import peak_mib
+from autograder.grade.plugin import peak_mib
+from autograder.sandbox import wire
 data = sys.stdin.buffer.read()
 base = peak_mib()
 try:

@@ -24,7 +24,7 @@ import itertools
 import torch
 import torch.nn.functional as F
 
-from autograder.sandbox import StudentError
+from autograder.sandbox.errors import StudentError
 from solutions import attention as ref_attention
 from solutions import heads as ref_heads
 from solutions import masks as ref_masks

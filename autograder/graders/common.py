@@ -51,7 +51,7 @@ def random_mask(*shape, seed=0):
 
 
 def heatmap(title, yours, expected):
-    """What a grader records for a picture of attention weights (feedback.py draws it).
+    """What a grader records for a picture of attention weights (autograder/report/html.py draws it).
 
     The student's weights are recorded only when they have the reference's shape: a wrong answer can be
     millions of numbers (an (N, N) tensor for a 2 x 2 example), so only its shape is told then.

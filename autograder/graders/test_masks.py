@@ -1,8 +1,8 @@
 """Hidden graders for masks.py: causal_mask."""
 import torch
 
-from autograder import checks, diagnose
-from autograder.checks import needs_cuda, points
+from autograder.grade import checks, diagnose
+from autograder.grade.checks import needs_cuda, points
 
 SIZES = (1, 2, 4, 7)
 

@@ -1,12 +1,12 @@
 """Hidden graders for mha.py: CausalAttention, StackedMultiHeadAttention, MultiHeadAttention."""
 import torch
 
-from autograder import checks, diagnose, timing
-from autograder.checks import needs_cuda, points
+from autograder.grade import checks, diagnose, timing
+from autograder.grade.checks import needs_cuda, points
 from autograder.graders import blame
 from autograder.graders.common import (SEED_004_FUSED, SEED_004_INPUTS, SEED_004_STACKED, on_device_error,
                                        params_of, randn, seeded)
-from autograder.sandbox import StudentError
+from autograder.sandbox.errors import StudentError
 from solutions import mha as ref
 
 # Operators that multiply matrices, as torch's dispatcher sees them.
@@ -36,7 +36,7 @@ def unless_inherited(remote, x, got, failure, also=None):
     """Raise `failure`, unless `got` is what the reference wiring gives with some of the student's own parts
     (attention, heads, masks): then the module is right given its parts, and the check passes with a note
     naming the part to blame (graded in its own module, once). The failure names the likely bug when `got`
-    is what a usual mistake in the module's own wiring gives (autograder.diagnose), or one of `also`."""
+    is what a usual mistake in the module's own wiring gives (autograder.grade.diagnose), or one of `also`."""
     parts = blame.inherited_from(remote.sandbox, remote, x, got)
     if parts is None:
         raise AssertionError(str(failure) + likely_bug(remote, x, got, also)) from None

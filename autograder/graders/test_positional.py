@@ -3,10 +3,10 @@ import math
 
 import torch
 
-from autograder import checks, diagnose
-from autograder.checks import needs_cuda, points
+from autograder.grade import checks, diagnose
+from autograder.grade.checks import needs_cuda, points
 from autograder.graders.common import on_device_error, randn
-from autograder.sandbox import StudentError
+from autograder.sandbox.errors import StudentError
 from solutions import positional as ref
 
 CASES = [(1, 2), (4, 6), (10, 16), (50, 64)]  # (seq_len, d_model), smallest first

@@ -89,14 +89,15 @@ ATTACK_KINDS: tuple[str, ...] = (
     "gc-search",  # looking for the expected tensors in gc.get_objects()
     "env-tokens",  # secrets in os.environ or /proc/*/environ
     "other-student-data",
-    # submissions that reach outside themselves (the grader's intake, autograder/intake.py)
+    # submissions that reach outside themselves (the grader's intake, autograder/submission/intake.py)
     "symlinks",  # a module, another file or a folder of the submission is a symbolic link to the kit or the system
     "zip-traversal",  # zip entries that would land outside the folder: absolute, "..", symbolic link entries
     "zip-bomb",  # a zip that unpacks to far more than it weighs, or holds a huge number of entries
     "huge-file",  # a module over the size limit
-    # answers that would cost the trusted side far more than their size (autograder/wire.py)
+    # answers that would cost the trusted side far more than their size (autograder/sandbox/wire.py)
     "answer-bombs",  # DEFLATE records, stride-0 tensors, 20 MB messages, sparse tensors sent as answers
-    # notebooks that would cost the trusted side's conversion far more than their size (autograder/notebooks.py)
+    # notebooks that would cost the trusted side's conversion far more than their size
+    # (autograder/submission/notebooks.py)
     "notebook-bombs",  # a cell of millions of lines, nesting the parser cannot hold, a cell whose source is no text
     "intake-scale",  # a folder of thousands of small files around the modules: the search for them must stay linear
     "notebook-conversions",  # honest notebook code that a careless conversion breaks (lines like magics, constants)

@@ -6,10 +6,10 @@ process. `grade-all` instead starts two warm servers once per run:
 
 * the student zygote (`python -I forkserver.py student ADDR`) has imported
   torch and nothing else (no kit code, no reference, no grader); each student
-  process is a fork of it that confines itself (autograder/student_process.py) before
+  process is a fork of it that confines itself (autograder/sandbox/student_process.py) before
   it imports student code;
 * the grader server (`python forkserver.py grader ADDR MODULE...`) has
-  imported pytest and the modules its owner named (autograder.engine names
+  imported pytest and the modules its owner named (autograder.grade.engine names
   torch, the plugin, the checks and the reference); each grading is a fork of
   it that runs the hidden graders on one submission.
 
@@ -248,8 +248,8 @@ def _grader_handler(preload):
 
 if __name__ == "__main__":
     kind, address, preload = sys.argv[1], sys.argv[2], sys.argv[3:]
-    if kind == "grader":  # the kit's root, not this file's folder, is where imports start
-        sys.path[0] = str(Path(__file__).resolve().parent.parent)
+    if kind == "grader":  # the kit's root (autograder/sandbox/ up two), not this file's folder, is where imports start
+        sys.path[0] = str(Path(__file__).resolve().parent.parent.parent)
     handler = _grader_handler(preload) if kind == "grader" else _student_handler()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when to stop
     serve(address, handler)

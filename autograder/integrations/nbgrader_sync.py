@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
-from autograder.engine import grade
+from autograder.grade.engine import grade
 from autograder.release import ASSIGNMENT, NOTEBOOKS, nbgrader_env
 from autograder.scoring import fmt
 
@@ -44,7 +44,7 @@ class Synced:
     score: float | None  # out of 100: the kit's total (None: the grading did not complete, nothing written)
     modules: dict  # module -> score written into the gradebook
     kept: dict = field(default_factory=dict)  # module -> a manual score set by hand, kept (not overwritten)
-    status: str = "graded"  # the grading's status (autograder.results.STATUSES)
+    status: str = "graded"  # the grading's status (autograder.report.model.STATUSES)
     error: str = ""
     gradebook_total: float | None = None  # the submission's total as nbgrader now computes it
 
@@ -111,11 +111,11 @@ def sync_course(course: Path, assignment: str = ASSIGNMENT, students=None, *, ov
     has no submission or notebook, or the grader cannot run student code
     here. Scores set by hand are kept unless `overwrite_manual` (Synced.kept).
     A grading that did not complete writes nothing (Synced.status).
-    `grade_options` go to autograder.engine.grade.
+    `grade_options` go to autograder.grade.engine.grade.
     """
     from nbgrader.api import Gradebook, MissingEntry
 
-    from autograder.sandbox import GraderUnavailable
+    from autograder.sandbox.errors import GraderUnavailable
 
     os.environ["PATH"] = nbgrader_env()["PATH"]  # the gradebook runs the `alembic` script
     course = Path(course)

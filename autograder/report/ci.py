@@ -35,7 +35,7 @@ import xml.etree.ElementTree as ET
 from fractions import Fraction
 
 from autograder import MODULES
-from autograder.results import GradeReport, TestResult, safe_line, safe_text
+from autograder.report.model import GradeReport, TestResult, safe_line, safe_text
 from autograder.scoring import apportion, fmt
 
 # The reporter receives the result through an environment variable, and Linux

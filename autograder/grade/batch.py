@@ -18,7 +18,7 @@ one stops at once: the gradings still running are killed and nothing of
 them is recorded. An interrupted grading is never a score.
 
 A submission's name is the student's to choose: its string cells in the
-gradebook go through autograder.results.csv_cell (control characters escaped,
+gradebook go through autograder.report.model.csv_cell (control characters escaped,
 a cell that a spreadsheet would take for a formula made text), and a row is
 found again by `row_key`, the id as it reads back from the gradebook.
 """
@@ -39,14 +39,16 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder import MODULES, __version__, batchlock, intake
-from autograder.engine import SubmissionError, WarmServers, grade
+from autograder import MODULES, __version__
 from autograder.files import write_atomic
-from autograder.formats import render
+from autograder.grade.engine import SubmissionError, WarmServers, grade
 from autograder.paths import KIT
-from autograder.results import GradeReport, csv_cell, csv_value, safe_line
-from autograder.sandbox import GraderUnavailable
+from autograder.report.formats import render
+from autograder.report.model import GradeReport, csv_cell, csv_value, safe_line
+from autograder.sandbox import batchlock
+from autograder.sandbox.errors import GraderUnavailable
 from autograder.scoring import fmt
+from autograder.submission import intake
 
 GRADEBOOK = "gradebook.csv"
 GRADER_FAILURE = "the grader could not run student code: "  # how the error of such a row begins
@@ -68,7 +70,7 @@ class Row:
     id: str
     total: float | None  # None: no score (status "timeout" or "error": the grading did not complete)
     modules: dict  # module -> figure, on the same scale as the total (autograder.scoring)
-    status: str  # graded | empty | timeout | error (autograder.results.STATUSES)
+    status: str  # graded | empty | timeout | error (autograder.report.model.STATUSES)
     seconds: float
     error: str = ""
     isolation: str = ""  # how student code was confined (autograder.LEVELS)
@@ -178,7 +180,7 @@ def fingerprint(path: Path, kit: str, settings: dict) -> str:
 
 
 def _settings(timeout, call_timeout, options):
-    from autograder.sandbox import Limits
+    from autograder.sandbox.limits import Limits
 
     limits = options.get("limits") or Limits()  # None means the defaults: the same fingerprint as given
     number = (lambda v: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)  # 60 == 60.0
@@ -249,7 +251,7 @@ def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: 
               stopped=None, **options) -> Row | None:
     """Grade one submission and write its files; never raises for a bad submission.
 
-    `options` go to autograder.engine.grade (limits, isolation, servers, python). `stopped` (a
+    `options` go to autograder.grade.engine.grade (limits, isolation, servers, python). `stopped` (a
     threading.Event): once set, nothing is written and None is returned (a grading stopped halfway).
     """
     start = time.monotonic()
@@ -310,7 +312,7 @@ def row_from_report(report: GradeReport, seconds: float = 0.0) -> Row:
 
 @contextmanager
 def _batch_folder():
-    """MHA_BATCH_DIR for the gradings of this run (autograder/batchlock.py), removed after it."""
+    """MHA_BATCH_DIR for the gradings of this run (autograder/sandbox/batchlock.py), removed after it."""
     previous = os.environ.get(batchlock.ENV)
     path = tempfile.mkdtemp(prefix="mha-batch-")
     os.environ[batchlock.ENV] = path
@@ -334,8 +336,8 @@ def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool =
     those that timed out, could not be graded or changed are graded again.
     `progress(row)` is called after each graded submission. With `warm` (the
     default), two fork servers import torch once for the whole run
-    (autograder.engine.WarmServers); where they cannot start, each grading
-    starts cold. `options` go to autograder.engine.grade. `planned`: what
+    (autograder.grade.engine.WarmServers); where they cannot start, each grading
+    starts cold. `options` go to autograder.grade.engine.grade. `planned`: what
     `plan` returned for the same arguments (the CLI asks first, to say it).
 
     A first KeyboardInterrupt (Ctrl-C) starts nothing new and waits for the
@@ -390,7 +392,7 @@ def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool =
             except KeyboardInterrupt:  # the second Ctrl-C: stop now, record nothing of what still runs
                 killed = sum(1 for f in running if not f.done())
                 stopped.set()
-                from autograder.engine import kill_running
+                from autograder.grade.engine import kill_running
 
                 kill_running()
                 stack.close()  # the warm servers end their workers; the pool's threads return

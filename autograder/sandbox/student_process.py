@@ -1,14 +1,14 @@
 """The student side of the sandbox: runs student code, nothing else.
 
 It runs either as `python -I student_process.py CONFIG` or as a fork of the warm
-student zygote (autograder/forkserver.py), with the protocol pipes on fds 0
+student zygote (autograder/sandbox/forkserver.py), with the protocol pipes on fds 0
 and 1. It is self-contained on purpose (stdlib and torch only, and the
-stdlib-only autograder/landlock.py, loaded by path): the trusted grader never
+stdlib-only autograder/sandbox/landlock.py, loaded by path): the trusted grader never
 imports student code, it sends requests here and compares what comes back
 itself.
 
 Before any student code is imported, the process confines itself (`_enter`)
-at the level the trusted side chose (autograder/sandbox.py probed it in a
+at the level the trusted side chose (autograder/sandbox/isolation.py probed it in a
 throwaway process first, so that no refusal leaves this process half
 confined):
 
@@ -38,7 +38,7 @@ done and before any submission file is touched: {"ready": true, ...} or
 {"ready": false, "error": why}; a process that dies before it is the
 grader's failure, not the student's. Requests are written with torch.save
 and read here with torch.load(weights_only=True); answers are written in
-autograder/wire.py's format (JSON and raw tensor bytes, no pickle), which the
+autograder/sandbox/wire.py's format (JSON and raw tensor bytes, no pickle), which the
 parent checks against the frame's size, so only plain tensors and plain
 containers can come back, at a cost bounded by what was sent.
 """
@@ -214,7 +214,7 @@ def _confine_namespaces(config):
     root = os.path.realpath(config["root"])
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
     os.makedirs(root + "/tmp")  # first: Python's folders may live under /tmp; their binds go inside it
-    writable = config["writable"]  # the caps of the writable areas (autograder.sandbox.WRITABLE)
+    writable = config["writable"]  # the caps of the writable areas (autograder.sandbox.limits.WRITABLE)
     _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
            f"mode=1777,size={writable['tmp_bytes']},nr_inodes={writable['files']}")
     folders, links = _needed_paths(config.get("forbidden", []))
@@ -519,7 +519,7 @@ def _import_failed(exc):
 if __name__ == "__main__":  # confined before torch is imported: unsharing needs a single thread
     _CONFIG = json.loads(sys.argv[1])
     _ISOLATION = _enter(_CONFIG)
-    if _CONFIG.get("probe"):  # autograder.sandbox.probe(): how far confinement goes here
+    if _CONFIG.get("probe"):  # autograder.sandbox.isolation.probe(): how far confinement goes here
         _handshake(ready=True, isolation=_ISOLATION, pid=os.getpid())
         os._exit(0)
 
@@ -804,7 +804,7 @@ def _error(exc):
 
 
 def forked(request, fds):
-    """The zygote's handler (autograder/forkserver.py): become one student process."""
+    """The zygote's handler (autograder/sandbox/forkserver.py): become one student process."""
     os.dup2(fds[0], 0)
     os.dup2(fds[1], 1)
     for fd in fds:

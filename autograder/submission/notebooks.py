@@ -14,7 +14,7 @@ that line k of cell N sits k lines below its marker (`cell_of` maps a line
 of the module back to the notebook's cell and line).
 
 Reads notebooks with nbformat; stdlib otherwise, no torch. A notebook file is
-read through autograder.intake (a regular file of the submission, never
+read through autograder.submission.intake (a regular file of the submission, never
 through a link, and no larger than its limit).
 """
 from __future__ import annotations
@@ -269,9 +269,9 @@ def cell_of(source: str, lineno: int) -> tuple[int, int] | None:
 
 def missing_message(module: str) -> str:
     """Why a module of a notebook submission has no code, in words a student can act on: the notebook to
-    hand in, and the cell its code goes in (from the released template, autograder/released.py)."""
+    hand in, and the cell its code goes in (from the released template, autograder/submission/released.py)."""
     try:
-        from autograder.released import MODULE_CELLS, NAMES
+        from autograder.submission.released import MODULE_CELLS, NAMES
     except ImportError:  # a kit never released
         MODULE_CELLS, NAMES = {}, {}
     notebook = f"{MODULES.index(module) + 1:02d}_{module}.ipynb"  # as released: 01_attention.ipynb, ...

@@ -2,7 +2,7 @@
 
 Per module, the score; for each failed check, what was expected and what
 came back on the smallest failing case, and the likely bug when the output
-matches a known wrong variant (autograder.diagnose); the end of what the
+matches a known wrong variant (autograder.grade.diagnose); the end of what the
 student's code printed. The HTML also draws, next to the check that recorded
 them, the attention weights the graders recorded (the student's next to the
 reference's), and lists the passed checks, folded. Only messages are shown:
@@ -17,7 +17,7 @@ import io
 import json
 import re
 
-from autograder.results import PRINTED_TITLE, GradeReport, safe_line, safe_text
+from autograder.report.model import PRINTED_TITLE, GradeReport, safe_line, safe_text
 from autograder.scoring import fmt
 
 _MARKDOWN_PUNCTUATION = re.compile(r"[!-/:-@\[-`{-~]")

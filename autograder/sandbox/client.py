@@ -4,16 +4,16 @@ The grading process never imports student code. A `Sandbox` starts
 `student_process.py` in a child process whose working directory is a private copy of
 the submission, sends it requests (call this function, build this module,
 run its forward pass) and reads back plain tensors and containers in
-autograder/wire.py's format, checked against the frame's size and against
+autograder/sandbox/wire.py's format, checked against the frame's size and against
 the most bytes an answer to the request may take (no pickle: what an answer
 costs here is bounded by what was sent). Every request has a timeout. A child that
 hangs is killed, one that dies is restarted, and a module that crashes the
 child twice is not run again: its remaining checks fail at once.
 
 How the child is confined (`namespaces`, `landlock` or `none`, strongest
-first) is decided once per grader run by `choose_isolation`, which probes
-each level in a throwaway process. A child that cannot start (before its
-handshake, no student code has run) raises `GraderUnavailable`: the
+first) is decided once per grader run by `choose_isolation` (isolation.py), which
+probes each level in a throwaway process. A child that cannot start (before its
+handshake, no student code has run) raises `GraderUnavailable` (errors.py): the
 grader's failure, never the student's 0.
 """
 from __future__ import annotations
@@ -23,7 +23,6 @@ import functools
 import itertools
 import json
 import os
-import select
 import shutil
 import signal
 import struct
@@ -32,242 +31,21 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-from autograder import LEVELS, MODULES, batchlock, intake as _intake, wire
-from autograder.diskguard import DiskGuard
-from autograder.forkserver import Worker
-from autograder.paths import KIT as ROOT
+from autograder import MODULES
+from autograder.sandbox import batchlock, wire
+from autograder.sandbox.diskguard import DiskGuard
+from autograder.sandbox.errors import GraderUnavailable, StudentError
+from autograder.sandbox.forkserver import Worker
+from autograder.sandbox.isolation import CHILD, _read_exactly, _read_handshake, choose_isolation, refusals
+from autograder.sandbox.limits import WRITABLE, Limits, forbidden_paths, student_env
+from autograder.submission import intake as _intake
 
-REMEDY = {
-    "namespaces": ("allow user namespaces (on Ubuntu 23.10 and later: sudo sysctl -w "
-                   "kernel.apparmor_restrict_unprivileged_userns=0), or run the grader as root; in Docker, root "
-                   "needs --cap-add SYS_ADMIN --security-opt seccomp=unconfined (or --privileged)"),
-    "landlock": "use Linux 5.13 or later with Landlock enabled (lsm=...,landlock on the kernel command line)",
-    "readable": ("student code never runs as root, and the uid it runs as must read Python and torch: run the "
-                 "grader with a Python that other users can read (e.g. a venv made from /usr/bin/python3), or "
-                 "as a normal user"),
-}
-
-
-def remedy(level, why):
-    """What to do about `level` failing for the reason `why`."""
-    return REMEDY["readable" if "reading Python" in why or level == "none" else level]
-
-CHILD = Path(__file__).with_name("student_process.py")
 MAX_STRIKES = 2  # crashes or timeouts of one module before its checks stop running
 LOG_TAIL = 1500
 MAX_ANSWER = 64 << 20  # bytes of one answer; requests whose answers are bounded tighter pass their own limit
-#: What student code may write. At the namespaces level its /tmp (and home) is a tmpfs of `tmp_bytes` and its
-#: copy of the submission a tmpfs of `copy_bytes` (at least twice the copy's size), each with at most `files`
-#: files and folders (autograder/student_process.py). At the other levels its copy and its home are folders on the disk,
-#: held to the same totals by a guard (autograder/diskguard.py).
-WRITABLE = {"tmp_bytes": 256 << 20, "copy_bytes": 64 << 20, "files": 4096}
-#: What the student process never sees, even where it cannot be hidden by namespaces it is never copied.
-INSTRUCTOR_ONLY = ("autograder", "solutions", "assignments", "tests", "examples", "benchmarks", ".git")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Resource limits of each student process (None: no limit). Hitting one ends only student code."""
-
-    cpu_seconds: float | None = 60  # CPU time of the whole process (all checks of one grading)
-    memory_bytes: int | None = 4 << 30  # address space: a memory bomb fails, not the machine
-    processes: int | None = 64  # processes and threads: a fork bomb stops here
-    output_bytes: int | None = 1 << 20  # what student code may print or write to files
-
-    def describe(self, which):
-        value = getattr(self, which)
-        if which in ("memory_bytes", "output_bytes"):
-            for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-                if value >= size:
-                    return f"{value / size:g} {unit}"
-            return f"{value} bytes"
-        return f"{value:g} s" if which == "cpu_seconds" else str(value)
-
-
-
-
-class GraderUnavailable(Exception):
-    """The grader cannot run student code here (isolation refused, a student process that cannot start).
-
-    Never the student's fault: `grade` exits 2 with this message, `grade-all` records an `error` row
-    (no score), and no report turns it into a 0.
-    """
-
-
-class StudentError(Exception):
-    """Student code failed: it raised, crashed, hung, or is missing.
-
-    `kind` is one of "missing", "import" (importing the module raised),
-    "raised", "crashed", "timeout", "bad-return", "gave-up". For "import" and
-    "raised", `exc_type`, `mro`, `traceback` and `detail` (the exception's own
-    message, as the student process sent it) describe the student's exception.
-    """
-
-    def __init__(self, message, kind, exc_type=None, mro=(), traceback="", detail=""):
-        super().__init__(message)
-        self.kind = kind
-        self.exc_type = exc_type
-        self.mro = tuple(mro)
-        self.traceback = traceback
-        self.detail = detail
-
-    def raised(self, name):
-        """True when the student's code raised `name` (or a subclass of it)."""
-        return self.kind == "raised" and name in self.mro
-
-
-# The environments of the kit's processes, as allow-lists: no token or CI secret of the grading machine
-# reaches a process that does not need it, and none reaches student code.
-#: what a student process keeps of the grader's environment (its HOME and TMPDIR are its own)
-STUDENT_ENV = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
-#: what the trusted grader processes keep (the hidden graders, run by pytest): also the venv, the kit's test
-#: switches (MHA_REFUSE) and the batch's folder of measurements (MHA_BATCH_DIR)
-GRADER_ENV = (*STUDENT_ENV, "HOME", "TMPDIR", "VIRTUAL_ENV", "MHA_REFUSE", "MHA_BATCH_DIR")
-
-
-def student_env(home) -> dict[str, str]:
-    """The environment of a student process: STUDENT_ENV, its own HOME, one thread per library."""
-    env = {k: os.environ[k] for k in STUDENT_ENV if k in os.environ}
-    env.update(HOME=str(home), TMPDIR=str(home), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")
-    return env
-
-
-def grader_env() -> dict[str, str]:
-    """The environment of the grading processes: GRADER_ENV, imports that start at the kit's root, and no pytest
-    plugin but the ones the engine names (`-p autograder.plugin`): whatever else is installed beside the kit
-    (xdist, anyio, ...) would be imported by every grading and take part in it."""
-    env = {k: os.environ[k] for k in GRADER_ENV if k in os.environ}
-    return {**env, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-
-
-def refusals(probe):
-    """Confinement steps to refuse on purpose, from MHA_REFUSE (the kit's tests): "mount,landlock" refuses
-    them everywhere, "mount@student" only in real student processes (not in the probes), so that the engine's
-    handling of a student process that cannot start can be seen."""
-    out = []
-    for item in filter(None, (x.strip() for x in os.environ.get("MHA_REFUSE", "").split(","))):
-        step, _, where = item.partition("@")
-        if not where or (where == "student" and not probe):
-            out.append(step)
-    return out
-
-
-def _read_exactly(fd, n, deadline):
-    """`n` bytes from `fd`; TimeoutError past `deadline` (a time.monotonic() figure, or a batchlock.Deadline),
-    EOFError when the writer is gone first."""
-    parts, left = [], n
-    while left:
-        wait = deadline.left() if isinstance(deadline, batchlock.Deadline) else deadline - time.monotonic()
-        if wait <= 0:
-            raise TimeoutError
-        if not select.select([fd], [], [], wait)[0]:
-            continue  # the deadline again: a batch's measurement may have moved it
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            raise EOFError
-        parts.append(chunk)
-        left -= len(chunk)
-    return b"".join(parts)
-
-
-def _read_handshake(fd, deadline):
-    """The student process's first frame (JSON); EOFError or TimeoutError when it ends or hangs first."""
-    (size,) = struct.unpack(">Q", _read_exactly(fd, 8, deadline))
-    if size > 1 << 16:
-        raise ValueError(f"a handshake of {size} bytes")
-    answer = json.loads(_read_exactly(fd, size, deadline))
-    if not isinstance(answer, dict):
-        raise ValueError("a handshake that is not an object")
-    return answer
-
-
-_PROBED = {}
-_PROBE_LOCK = threading.Lock()
-
-
-def probe(level, python=sys.executable):
-    """Why a student process cannot be confined at `level` here, or None when it can.
-
-    Starts one throwaway process that confines itself at that level, applies the limits, checks it can
-    still read Python and torch, and exits before importing torch (about 0.1 s); cached per process.
-    """
-    key = (python, level, tuple(refusals(True)))
-    with _PROBE_LOCK:
-        if key not in _PROBED:
-            _PROBED[key] = _probe(level, python)
-        return _PROBED[key]
-
-
-def _probe(level, python):
-    with tempfile.TemporaryDirectory(prefix="mha-probe-") as tmp:
-        tmp = Path(tmp)
-        os.chmod(tmp, 0o711)
-        for name in ("work", "home", "root"):
-            (tmp / name).mkdir(mode=0o700)
-        config = {"probe": True, "isolation": level, "log": str(tmp / "log"), "cwd": str(tmp / "work"),
-                  "home": str(tmp / "home"), "root": str(tmp / "root"), "limits": asdict(Limits()),
-                  "writable": WRITABLE, "forbidden": forbidden_paths(), "refuse": refusals(True)}
-        try:
-            proc = subprocess.Popen([python, "-I", str(CHILD), json.dumps(config)], stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=tmp / "work",
-                                    env=student_env(tmp / "home"), start_new_session=True)
-        except OSError as exc:
-            return f"cannot start {python}: {exc}"
-        try:
-            answer = _read_handshake(proc.stdout.fileno(), time.monotonic() + 60)
-        except (EOFError, TimeoutError, ValueError, struct.error) as exc:
-            log = (tmp / "log").read_text(errors="replace").strip().splitlines()[-1:] if (tmp / "log").exists() else []
-            answer = {"ready": False, "error": f"the probe process ended without a word ({type(exc).__name__}"
-                                               f"{': ' + log[0][:300] if log else ''})"}
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            proc.wait()
-            proc.stdout.close()
-    if answer.get("ready") and answer.get("isolation") == level:
-        return None
-    return str(answer.get("error") or "the probe did not confirm the level")
-
-
-def choose_isolation(requested="auto", require=None, python=sys.executable):
-    """The level student code will run at: `requested`, or with "auto" the strongest that works here.
-
-    Raises GraderUnavailable, naming the cause and the remedy, when the requested level does not work or
-    the level is below `require`.
-    """
-    if requested not in ("auto", *LEVELS):
-        raise ValueError(f"unknown isolation level {requested!r}")
-    tried = {}
-    for level in LEVELS if requested == "auto" else (requested,):
-        tried[level] = probe(level, python)
-        if tried[level] is None:
-            break
-    else:
-        raise GraderUnavailable(f"cannot confine student code at {' or '.join(tried)} isolation here "
-                                f"{_why_and_remedy(tried)}")
-    if require is not None and LEVELS.index(level) > LEVELS.index(require):
-        raise GraderUnavailable(f"--require-isolation {require}, but the strongest level that works here is "
-                                f"{level} {_why_and_remedy(tried)}")
-    return level
-
-
-def _why_and_remedy(tried):
-    """"(level: why; ...). Remedy: ..." for the levels of `tried` (level -> why not, or None) that failed."""
-    refused = {lvl: why for lvl, why in tried.items() if why}
-    causes = "; ".join(f"{lvl}: {why}" for lvl, why in refused.items())
-    remedies = " ".join(sorted({f"{remedy(lvl, why).capitalize()}." for lvl, why in refused.items()}))
-    return f"({causes}). Remedy: {remedies}"
-
-
-def forbidden_paths(*extra):
-    """What a student process never sees: the kit's instructor files, and `extra` (its own original)."""
-    return [str(ROOT / name) for name in INSTRUCTOR_ONLY] + [str(Path(p).resolve()) for p in extra]
 
 
 def remove_tree(path):
@@ -315,7 +93,7 @@ class Sandbox:
         self.python = python
         self.limits = limits
         self.level = isolation  # "auto" until the first start decides (choose_isolation)
-        self.zygote = zygote  # address of a warm student zygote (autograder.forkserver), or None
+        self.zygote = zygote  # address of a warm student zygote (autograder.sandbox.forkserver), or None
         self.isolation = None  # how the last student process was confined, as it reported
         # what the engine's intake left out ({"missing": {module: why}, "source": the original submission})
         self.intake = intake or {}
@@ -328,7 +106,7 @@ class Sandbox:
         self._log = self._tmp / "student-output.log"
         self._proc = None
         self._kill_lock = threading.Lock()  # _kill: one thread ends a process
-        self._guard = None  # the disk guard of the student process (autograder/diskguard.py), at some levels
+        self._guard = None  # the disk guard of the student process (autograder/sandbox/diskguard.py), at some levels
         self._ready = False
         self._handles = itertools.count(1)
         self._objects = {}  # handle -> (generation, module)
@@ -347,7 +125,7 @@ class Sandbox:
         for folder in (self._work, self._home):  # each student process starts with an empty home and a fresh copy
             remove_tree(folder)
             folder.mkdir(mode=0o700)
-        for name in os.listdir(self.submission):  # regular files only, never through a link (autograder.intake)
+        for name in os.listdir(self.submission):  # regular files only, never through a link (submission.intake)
             if name.endswith(".py"):
                 try:
                     data = _intake.read_regular(self.submission / name, _intake.MAX_FILE[".py"], name)
@@ -416,7 +194,7 @@ class Sandbox:
         batchlock.unregister(proc.pid)
         try:
             os.kill(proc.pid, signal.SIGTERM)
-            os.kill(proc.pid, signal.SIGCONT)  # a keeper stopped by a freeze (autograder/freeze.py) acts on it
+            os.kill(proc.pid, signal.SIGCONT)  # a keeper stopped by a freeze (autograder/sandbox/freeze.py) acts on it
             proc.wait(timeout=3)
         except (OSError, subprocess.TimeoutExpired):  # no keeper yet, or one that does not finish
             try:
@@ -443,7 +221,7 @@ class Sandbox:
         """The pid whose descendants are every process of the student side (its keeper), or None.
 
         The keeper is a child subreaper: every process student code starts, daemons included, stays under
-        it, so stopping this tree stops all student code (autograder/freeze.py)."""
+        it, so stopping this tree stops all student code (autograder/sandbox/freeze.py)."""
         return None if self._proc is None else self._proc.pid
 
     def __enter__(self):
@@ -472,7 +250,7 @@ class Sandbox:
         self._proc.stdin.flush()
 
     def _read(self, deadline, limit=MAX_ANSWER):
-        """One answer (autograder/wire.py); wire.Malformed for a frame over `limit` bytes or out of format."""
+        """One answer (autograder/sandbox/wire.py); wire.Malformed for a frame over `limit` bytes or out of format."""
         fd = self._proc.stdout.fileno()
         (size,) = struct.unpack(">Q", _read_exactly(fd, 8, deadline))
         if size > limit:
@@ -714,7 +492,7 @@ class RemoteModule:
     def time(self, inputs, discard=False, timeout=None):
         """Run one forward pass per input (`inputs` stacked on dim 0) in one request; return the outputs.
 
-        For the caller to time (autograder.timing). `discard`: send no outputs back.
+        For the caller to time (autograder.grade.timing). `discard`: send no outputs back.
         """
         context = signature(f"{self.name}.forward", [inputs[0]], {}) + f" x {len(inputs)}"
         # The outputs of one block are len(inputs) tensors of the size of an input, give or take a dtype and

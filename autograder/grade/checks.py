@@ -25,7 +25,7 @@ def note(text):
 
 
 def take_notes() -> str:
-    """The notes of the check that just ran, and forget them (autograder/plugin.py)."""
+    """The notes of the check that just ran, and forget them (autograder/grade/plugin.py)."""
     text = "\n".join(dict.fromkeys(_notes))  # each note once, in order
     _notes.clear()
     return text
@@ -37,7 +37,7 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 def describe(value):
     """A short description of a value that came back: "float32 tensor (2, 3)"."""
     if isinstance(value, torch.Tensor):
-        from autograder.sandbox import describe_tensor
+        from autograder.sandbox.client import describe_tensor
 
         return describe_tensor(value)
     if isinstance(value, dict) and "__unsupported__" in value:
@@ -93,7 +93,7 @@ def likely_name(name):
 
 def _ask(hint):
     """What `hint()` says, or None (also when asking needs the student process and that fails)."""
-    from autograder.sandbox import StudentError
+    from autograder.sandbox.errors import StudentError
 
     try:
         return hint() if hint else None
@@ -104,7 +104,7 @@ def _ask(hint):
 def with_hint(call, hint):
     """`call()`, a request to the student process; when the student's code raises, the error as an
     AssertionError with the "Likely bug" line of `hint(error)` (called only then; None: no line)."""
-    from autograder.sandbox import StudentError
+    from autograder.sandbox.errors import StudentError
 
     try:
         return call()
@@ -120,9 +120,9 @@ def _fmt(x):
 
 
 def likely_bug(got, variants, expected=None):
-    """A "Likely bug: ..." line when `got` equals one of the known wrong variants (autograder.diagnose) that
+    """A "Likely bug: ..." line when `got` equals one of the known wrong variants (autograder.grade.diagnose) that
     differ from the `expected` value."""
-    from autograder.diagnose import match
+    from autograder.grade.diagnose import match
 
     return likely_name(match(got, variants, expected=expected) if variants else None)
 
@@ -181,7 +181,7 @@ def rows(t, decimals=4):
 
 def raises(call, exc_name, what, why):
     """Check that `call()` (a request to the student process) raises `exc_name`."""
-    from autograder.sandbox import StudentError
+    from autograder.sandbox.errors import StudentError
 
     try:
         value = call()

@@ -41,10 +41,10 @@ One form of each module is graded. A submission that holds a module twice,
 as `attention.py` and as `01_attention.ipynb`, is graded on the form that
 holds the student's work (`one_form`): a form whose code is still the
 released template's (its `code_digest` is the one the release step stored in
-autograder/released.py) holds none; when both hold work, the `.py` file is
+autograder/submission/released.py) holds none; when both hold work, the `.py` file is
 graded. The form left out is named in the notes, with the reason.
 
-Stdlib only (a notebook's code is read with autograder.notebooks, imported
+Stdlib only (a notebook's code is read with autograder.submission.notebooks, imported
 only when a submission holds both forms of a module).
 """
 from __future__ import annotations
@@ -63,7 +63,7 @@ import zipfile
 from pathlib import Path
 
 from autograder import MODULES
-from autograder.notebooks import module_of as notebook_module, notebook_source
+from autograder.submission.notebooks import module_of as notebook_module, notebook_source
 
 #: The largest file taken, by suffix: a module, a notebook (its embedded plots included).
 MAX_FILE = {".py": 8 << 20, ".ipynb": 32 << 20}
@@ -455,9 +455,9 @@ def code_digest(source) -> str | None:
 
 
 def _template_digests() -> dict:
-    """{module: {"py": digest, "ipynb": digest}} of the released template (autograder/released.py)."""
+    """{module: {"py": digest, "ipynb": digest}} of the released template (autograder/submission/released.py)."""
     try:
-        from autograder.released import TEMPLATE_DIGESTS
+        from autograder.submission.released import TEMPLATE_DIGESTS
     except ImportError:  # a kit never released: no form counts as the template
         return {}
     return TEMPLATE_DIGESTS
@@ -465,7 +465,7 @@ def _template_digests() -> dict:
 
 def form_digest(name, data: bytes) -> str | None:
     """The code digest of one form of a module: a .py file's code, or the code a notebook is graded on
-    (autograder.notebooks: its imports, functions, classes and constants). None when it cannot be read."""
+    (autograder.submission.notebooks: its imports, functions, classes and constants). None when it cannot be read."""
     if str(name).lower().endswith(".ipynb"):
         try:
             return code_digest(notebook_source(data, Path(str(name)).name))
@@ -641,7 +641,7 @@ def _read_entry(zf, info, limit) -> bytes:
 
 
 def notebook_file_to_source(path: Path) -> str:
-    """Read a notebook file and return its module source (autograder.notebooks); ValueError when it is not a
+    """Read a notebook file and return its module source (autograder.submission.notebooks); ValueError when it is not a
     notebook, or not a regular file within its size limit (a link, a FIFO)."""
     path = Path(path)
     try:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from autograder import timing
+from autograder.grade import timing
 from solutions import mha as ref
 
 

@@ -43,7 +43,7 @@ of inputs computed in advance or a cache of earlier answers never hits. The
 seeds are recorded in the report, so an instructor can rebuild every input
 (`round_inputs`). And no student code runs while anything of the reference
 is timed: the whole student process tree is stopped around each reference
-block (autograder/freeze.py), and a round in which any of it still used CPU
+block (autograder/sandbox/freeze.py), and a round in which any of it still used CPU
 is discarded.
 """
 from __future__ import annotations
@@ -56,8 +56,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from autograder import batchlock, freeze, wire
-from autograder.freeze import frozen
+from autograder.sandbox import batchlock, freeze, wire
+from autograder.sandbox.freeze import frozen
 
 from solutions import mha as ref
 
@@ -296,7 +296,7 @@ def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, e
     after the timing: a block that skips its work, or replays answers, is
     caught. The references are timed with the student's process tree
     frozen; a round in which it used CPU anyway is discarded. In a class
-    run (autograder/batchlock.py) the whole measurement holds the batch's
+    run (autograder/sandbox/batchlock.py) the whole measurement holds the batch's
     lock, with every other submission's process tree stopped. A try ends
     after the first round whose outputs differ from the reference (nothing
     can pass then), or, given `enough` (a predicate on a Measurement, as

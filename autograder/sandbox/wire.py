@@ -1,8 +1,8 @@
 """How an answer travels from the student process to the trusted one: JSON and raw tensor bytes, no pickle.
 
-The student process (autograder/student_process.py, which loads this file by path
+The student process (autograder/sandbox/student_process.py, which loads this file by path
 before it confines itself) writes every answer with `encode`; the trusted
-side (autograder/sandbox.py) reads it with `decode`. An answer is made of
+side (autograder/sandbox/client.py) reads it with `decode`. An answer is made of
 dicts with string keys, lists, strings, numbers, booleans, None and dense
 tensors, and nothing else.
 

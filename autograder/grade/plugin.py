@@ -1,6 +1,6 @@
 """pytest plugin that turns the hidden graders into a scored report.
 
-Loaded with `-p autograder.plugin` by the engine's runner. It starts the
+Loaded with `-p autograder.grade.plugin` by the engine's runner. It starts the
 student sandbox as soon as pytest is configured (so that the child imports
 torch while the graders are collected), gives the graders the `student`
 fixture, records every test with its points, module and aspect, and writes
@@ -19,10 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from autograder import batchlock, checks
+from autograder import LEVELS
 from autograder.files import write_signed
-from autograder.results import TestResult
-from autograder.sandbox import LEVELS, GraderUnavailable, Limits, Sandbox, StudentError
+from autograder.grade import checks
+from autograder.report.model import TestResult
+from autograder.sandbox import batchlock
+from autograder.sandbox.client import Sandbox
+from autograder.sandbox.errors import GraderUnavailable, StudentError
+from autograder.sandbox.limits import Limits
 
 _SANDBOX = pytest.StashKey[Sandbox]()
 _RESULTS = pytest.StashKey[list]()
@@ -36,15 +40,17 @@ def pytest_addoption(parser):
     group.addoption("--key-fd", type=int, default=None,
                     help="a file descriptor to read the key that signs the results from (HMAC-SHA256)")
     group.addoption("--call-timeout", type=float, default=10.0, help="seconds allowed for one call into student code")
-    group.addoption("--limits", default="{}", help="limits of the student process, as JSON (autograder.sandbox.Limits)")
+    group.addoption("--limits", default="{}",
+                    help="limits of the student process, as JSON (autograder.sandbox.limits.Limits)")
     group.addoption("--isolation", choices=["auto", *LEVELS], default="auto",
-                    help="how the student process is confined (autograder.sandbox.choose_isolation)")
+                    help="how the student process is confined (autograder.sandbox.isolation.choose_isolation)")
     group.addoption("--student-python", default=sys.executable, help="the interpreter of the student process")
-    group.addoption("--zygote", help="address of a warm student zygote (autograder.forkserver)")
+    group.addoption("--zygote", help="address of a warm student zygote (autograder.sandbox.forkserver)")
     group.addoption("--batch-dir", default=None,
-                    help="the class run this grading belongs to (autograder.batchlock; default: $MHA_BATCH_DIR)")
+                    help="the class run this grading belongs to (autograder.sandbox.batchlock; default: "
+                         "$MHA_BATCH_DIR)")
     group.addoption("--intake", default="{}", help="what the engine's intake left out, as JSON: {\"missing\": "
-                    "{module: why}, \"source\": the original submission} (autograder.engine.taken)")
+                    "{module: why}, \"source\": the original submission} (autograder.grade.engine.taken)")
 
 
 _TIMES = pytest.StashKey[dict]()
@@ -134,7 +140,7 @@ def pytest_runtest_makereport(item, call):
         item.session.shouldstop = "the grader cannot run student code"
         return
     if report.when == "call" or (report.when == "setup" and not report.passed):
-        result = TestResult(  # the report model's own record (autograder/results.py), sent back as its fields
+        result = TestResult(  # the report model's own record (autograder/report/model.py), sent back as its fields
             id=item.nodeid.split("::")[-1],
             name=_title(item),
             module=Path(str(item.fspath)).stem.removeprefix("test_"),

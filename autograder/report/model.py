@@ -147,7 +147,7 @@ class GradeReport:
     timings: dict = field(default_factory=dict)
     isolation: str = ""  # how the student process was confined: "namespaces", "landlock" or "none"
     grader_failure: bool = False  # the grader could not run student code (status "error"): no score at all
-    notes: list = field(default_factory=list)  # files of the submission not graded, and why (autograder.intake)
+    notes: list = field(default_factory=list)  # files of the submission not graded, and why (submission.intake)
     grader_peak_mib: float = 0.0  # the grader process's peak resident memory (what the submission cost it)
 
     @property

@@ -13,7 +13,7 @@ grading processes):
 - a speed measurement takes the batch's turnstile, so no other measurement
   and no new student call starts, and the spawn lock, so no student process
   is being started; it then stops every other registered tree and grading
-  process with SIGSTOP (autograder/freeze.py) for the whole measurement,
+  process with SIGSTOP (autograder/sandbox/freeze.py) for the whole measurement,
   calls in flight included, and resumes them after;
 - the time a measurement kept the batch stopped is recorded (`pauses`), and
   a call's deadline (`Deadline`) does not count it: a neighbour stopped in
@@ -33,8 +33,8 @@ import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from autograder import freeze
-from autograder.freeze import frozen
+from autograder.sandbox import freeze
+from autograder.sandbox.freeze import frozen
 
 ENV = "MHA_BATCH_DIR"
 _held = threading.local()  # .exclusive: this thread measures; its own calls and starts take no lock

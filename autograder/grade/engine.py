@@ -7,7 +7,7 @@ process, which in turn runs the student's code in a sandboxed child, and
 returns a GradeReport. It never raises for a bad submission: a crash, a hang
 or a broken zip still yields a report with a status and a message.
 
-The submission is taken in by autograder.intake, into a private copy, before
+The submission is taken in by autograder.submission.intake, into a private copy, before
 anything else reads it: regular files only, never through a symbolic link,
 each within its size limit, a zip checked before it is unpacked. What is left
 out is named in the report (`GradeReport.notes`), and a module left out costs
@@ -29,19 +29,23 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from autograder import MODULES, batchlock, intake
+from autograder import MODULES
 from autograder.files import read_signed
-from autograder.intake import MAX_UNZIPPED, SubmissionError  # noqa: F401  (the engine's names, as before)
-from autograder.notebooks import missing_message, module_of, notebook_source
 from autograder.paths import GRADERS
-from autograder.results import GradeReport, TestResult
-from autograder.sandbox import GraderUnavailable, Limits, choose_isolation, grader_env, student_env
+from autograder.report.model import GradeReport, TestResult
+from autograder.sandbox import batchlock
+from autograder.sandbox.errors import GraderUnavailable
+from autograder.sandbox.isolation import choose_isolation
+from autograder.sandbox.limits import Limits, grader_env, student_env
 from autograder.scoring import nothing_to_grade
+from autograder.submission import intake
+from autograder.submission.intake import MAX_UNZIPPED, SubmissionError  # noqa: F401  (the engine's names, as before)
+from autograder.submission.notebooks import missing_message, module_of, notebook_source
 
 
 @dataclass
 class Intake:
-    """A submission as the grader takes it in (autograder.intake): a private folder of its .py modules.
+    """A submission as the grader takes it in (autograder.submission.intake): a private folder of its .py modules.
 
     `notes`: {file of the submission: why it was not graded}, e.g. {"zz.py":
     "zz.py is a symbolic link: not graded ..."}; `missing`: {module: why},
@@ -76,7 +80,7 @@ _DEFAULT_UNZIPPED = intake.MAX_UNZIPPED
 
 @contextmanager
 def _unzipped_cap(max_unzipped):
-    """While intake reads a submission, its cap on the bytes unpacked (autograder.intake.MAX_UNZIPPED) is
+    """While intake reads a submission, its cap on the bytes unpacked (autograder.submission.intake.MAX_UNZIPPED) is
     `max_unzipped`. intake reads the cap from its module constant, so every intake with another cap than the
     constant's is serialised (None or the constant's value: no lock)."""
     if max_unzipped is None or max_unzipped == _DEFAULT_UNZIPPED:
@@ -94,16 +98,16 @@ def _unzipped_cap(max_unzipped):
 def taken(path, max_unzipped=None):
     """Yield an Intake of the submission at `path`: a folder, a zip of one, or a single notebook.
 
-    The folder is always a fresh private copy, made by autograder.intake:
+    The folder is always a fresh private copy, made by autograder.submission.intake:
     regular files only, never through a link, each within its size limit;
     a zip is checked before it is unpacked. A module that the submission has
     only as a notebook (`01_attention.ipynb`) is converted
-    (autograder.notebooks); of a module's two forms, the one with work is
-    taken (autograder.intake.one_form). Raises SubmissionError when `path` cannot be read at all (no such path, not a
-    zip, a zip bomb, too many entries); its message names the submission by
+    (autograder.submission.notebooks); of a module's two forms, the one with work is
+    taken (autograder.submission.intake.one_form). Raises SubmissionError when `path` cannot be
+    read at all (no such path, not a zip, a zip bomb, too many entries); its message names the submission by
     its id (`submission_id`), never by a path of this machine.
     `max_unzipped`: the most bytes a submission may unpack to (default
-    autograder.intake.MAX_UNZIPPED).
+    autograder.submission.intake.MAX_UNZIPPED).
     """
     path = Path(path)
     if not path.exists():
@@ -120,8 +124,8 @@ def taken(path, max_unzipped=None):
 
 
 def _take(path, tmp):
-    """({name: bytes}, {name: why not graded}) of the submission at `path` (autograder.intake), the notes
-    capped (autograder.intake.capped_notes: each module's first, at most MAX_NOTES in all, the rest counted)."""
+    """({name: bytes}, {name: why not graded}) of the submission at `path` (autograder.submission.intake), the
+    notes capped (intake.capped_notes: each module's first, at most MAX_NOTES in all, the rest counted)."""
     if path.is_dir():
         files, notes = intake.take_folder(path)
         return files, intake.capped_notes(notes)
@@ -174,7 +178,7 @@ def prepared(path, max_unzipped=None):
 
 
 class WarmServers:
-    """The two fork servers of a batch run (autograder.forkserver): torch is imported once, not per grading.
+    """The two fork servers of a batch run (autograder.sandbox.forkserver): torch is imported once, not per grading.
 
     `grader` forks a warm trusted process per submission to run the hidden
     graders; `zygote` forks each student process from a warm process that
@@ -183,7 +187,7 @@ class WarmServers:
     """
 
     def __init__(self, python=None):
-        from autograder.forkserver import Server
+        from autograder.sandbox.forkserver import Server
         self.grader = Server("grader", env=grader_env(), preload=GRADER_PRELOAD)
         self._home = tempfile.mkdtemp(prefix="mha-zygote-home-")  # the student processes' HOME: removed at close
         try:
@@ -208,8 +212,8 @@ class WarmServers:
 
 #: What the warm grader server imports once, so that no grading pays for it: torch, the pytest plugin, the
 #: checks and diagnoses, the graders' helpers, the timing and the reference solution.
-GRADER_PRELOAD = ("torch", "autograder.plugin", "autograder.checks", "autograder.diagnose",
-                  "autograder.graders.common", "autograder.timing", "solutions")
+GRADER_PRELOAD = ("torch", "autograder.grade.plugin", "autograder.grade.checks", "autograder.grade.diagnose",
+                  "autograder.graders.common", "autograder.grade.timing", "solutions")
 
 
 def _key_pipe(key):
@@ -226,7 +230,7 @@ _RUNNING: set = set()  # the cold grader processes now running (kill_running end
 def kill_running():
     """End every cold grading now running in this process (a batch stopped by a second Ctrl-C); their
     `grade` calls return without a score, which the batch does not record."""
-    from autograder.forkserver import kill_group
+    from autograder.sandbox.forkserver import kill_group
 
     for proc in list(_RUNNING):
         kill_group(proc.pid)
@@ -234,7 +238,7 @@ def kill_running():
 
 def _in_time(wait, timeout):
     """`wait(timeout=...)` until it returns within `timeout` seconds; in a class run, the time the batch's
-    measurements kept this grading stopped is not counted (autograder.batchlock.Deadline)."""
+    measurements kept this grading stopped is not counted (autograder.sandbox.batchlock.Deadline)."""
     deadline = batchlock.Deadline(timeout)
     while True:
         left = deadline.left()
@@ -252,7 +256,7 @@ def _run_graders(args, cwd, timeout, servers, key):
     `key` reaches the graders through an inherited pipe (never argv, the
     environment or a file), so no other process can sign results.
     """
-    from autograder.forkserver import Worker, kill_group
+    from autograder.sandbox.forkserver import Worker, kill_group
 
     log = Path(cwd) / "graders.log"
     worker, key_fd = None, _key_pipe(key)
@@ -296,7 +300,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
     """Grade the submission at `path` (a folder, a zip or a notebook).
 
     Raises SubmissionError when the submission cannot be read at all, and
-    GraderUnavailable (autograder.sandbox) when the grader cannot run student
+    GraderUnavailable (autograder.sandbox.errors) when the grader cannot run student
     code here: isolation refused below `require_isolation`, a student process
     that cannot start. Neither is ever turned into a score. A submission in
     which the graders find no student work (every module missing or the
@@ -306,10 +310,10 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
 
     `timeout`: seconds for the whole grading; `call_timeout`: seconds for
     one call into student code. `max_unzipped`: the most bytes a submission
-    may unpack to (default autograder.intake.MAX_UNZIPPED).
+    may unpack to (default autograder.submission.intake.MAX_UNZIPPED).
 
     `select` is an optional pytest -k expression to run a subset of the
-    graders. `limits` (autograder.sandbox.Limits) bounds each student process;
+    graders. `limits` (autograder.sandbox.limits.Limits) bounds each student process;
     `isolation` is "auto" (the strongest level that works here, probed once
     per process) or one of "namespaces", "landlock", "none". `servers`
     (WarmServers) makes a batch fast. `python` is the interpreter of the
@@ -325,7 +329,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
         report.notes = list(got.notes.values())
         results_file = Path(tmp) / "results.json"
         args = [str(GRADERS), "-c", str(GRADERS / "pytest.ini"), "--rootdir", str(GRADERS),
-                "-p", "autograder.plugin", "-q", "--no-header", "--submission", str(folder.resolve()),
+                "-p", "autograder.grade.plugin", "-q", "--no-header", "--submission", str(folder.resolve()),
                 "--results-file", str(results_file), "--call-timeout", str(call_timeout),
                 "--limits", json.dumps(asdict(limits)), "--isolation", level, "--student-python", python]
         # why a module is missing, and the original submission (hidden from student code like its copy)

@@ -1,0 +1,162 @@
+"""How student code is confined: the levels (autograder.LEVELS, strongest first), each probed once per process
+in a throwaway student process (probe), the level a grading runs at (choose_isolation) or why none works and
+what to do about it (GraderUnavailable, remedy), the steps refused on purpose by the kit's tests (refusals), and
+the student process's handshake, which confirms the level it reached."""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from autograder import LEVELS
+from autograder.sandbox import batchlock
+from autograder.sandbox.errors import GraderUnavailable
+from autograder.sandbox.limits import WRITABLE, Limits, forbidden_paths, student_env
+
+REMEDY = {
+    "namespaces": ("allow user namespaces (on Ubuntu 23.10 and later: sudo sysctl -w "
+                   "kernel.apparmor_restrict_unprivileged_userns=0), or run the grader as root; in Docker, root "
+                   "needs --cap-add SYS_ADMIN --security-opt seccomp=unconfined (or --privileged)"),
+    "landlock": "use Linux 5.13 or later with Landlock enabled (lsm=...,landlock on the kernel command line)",
+    "readable": ("student code never runs as root, and the uid it runs as must read Python and torch: run the "
+                 "grader with a Python that other users can read (e.g. a venv made from /usr/bin/python3), or "
+                 "as a normal user"),
+}
+
+
+def remedy(level, why):
+    """What to do about `level` failing for the reason `why`."""
+    return REMEDY["readable" if "reading Python" in why or level == "none" else level]
+
+CHILD = Path(__file__).with_name("student_process.py")
+
+
+def refusals(probe):
+    """Confinement steps to refuse on purpose, from MHA_REFUSE (the kit's tests): "mount,landlock" refuses
+    them everywhere, "mount@student" only in real student processes (not in the probes), so that the engine's
+    handling of a student process that cannot start can be seen."""
+    out = []
+    for item in filter(None, (x.strip() for x in os.environ.get("MHA_REFUSE", "").split(","))):
+        step, _, where = item.partition("@")
+        if not where or (where == "student" and not probe):
+            out.append(step)
+    return out
+
+
+def _read_exactly(fd, n, deadline):
+    """`n` bytes from `fd`; TimeoutError past `deadline` (a time.monotonic() figure, or a batchlock.Deadline),
+    EOFError when the writer is gone first."""
+    parts, left = [], n
+    while left:
+        wait = deadline.left() if isinstance(deadline, batchlock.Deadline) else deadline - time.monotonic()
+        if wait <= 0:
+            raise TimeoutError
+        if not select.select([fd], [], [], wait)[0]:
+            continue  # the deadline again: a batch's measurement may have moved it
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise EOFError
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def _read_handshake(fd, deadline):
+    """The student process's first frame (JSON); EOFError or TimeoutError when it ends or hangs first."""
+    (size,) = struct.unpack(">Q", _read_exactly(fd, 8, deadline))
+    if size > 1 << 16:
+        raise ValueError(f"a handshake of {size} bytes")
+    answer = json.loads(_read_exactly(fd, size, deadline))
+    if not isinstance(answer, dict):
+        raise ValueError("a handshake that is not an object")
+    return answer
+
+
+_PROBED = {}
+_PROBE_LOCK = threading.Lock()
+
+
+def probe(level, python=sys.executable):
+    """Why a student process cannot be confined at `level` here, or None when it can.
+
+    Starts one throwaway process that confines itself at that level, applies the limits, checks it can
+    still read Python and torch, and exits before importing torch (about 0.1 s); cached per process.
+    """
+    key = (python, level, tuple(refusals(True)))
+    with _PROBE_LOCK:
+        if key not in _PROBED:
+            _PROBED[key] = _probe(level, python)
+        return _PROBED[key]
+
+
+def _probe(level, python):
+    with tempfile.TemporaryDirectory(prefix="mha-probe-") as tmp:
+        tmp = Path(tmp)
+        os.chmod(tmp, 0o711)
+        for name in ("work", "home", "root"):
+            (tmp / name).mkdir(mode=0o700)
+        config = {"probe": True, "isolation": level, "log": str(tmp / "log"), "cwd": str(tmp / "work"),
+                  "home": str(tmp / "home"), "root": str(tmp / "root"), "limits": asdict(Limits()),
+                  "writable": WRITABLE, "forbidden": forbidden_paths(), "refuse": refusals(True)}
+        try:
+            proc = subprocess.Popen([python, "-I", str(CHILD), json.dumps(config)], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=tmp / "work",
+                                    env=student_env(tmp / "home"), start_new_session=True)
+        except OSError as exc:
+            return f"cannot start {python}: {exc}"
+        try:
+            answer = _read_handshake(proc.stdout.fileno(), time.monotonic() + 60)
+        except (EOFError, TimeoutError, ValueError, struct.error) as exc:
+            log = (tmp / "log").read_text(errors="replace").strip().splitlines()[-1:] if (tmp / "log").exists() else []
+            answer = {"ready": False, "error": f"the probe process ended without a word ({type(exc).__name__}"
+                                               f"{': ' + log[0][:300] if log else ''})"}
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait()
+            proc.stdout.close()
+    if answer.get("ready") and answer.get("isolation") == level:
+        return None
+    return str(answer.get("error") or "the probe did not confirm the level")
+
+
+def choose_isolation(requested="auto", require=None, python=sys.executable):
+    """The level student code will run at: `requested`, or with "auto" the strongest that works here.
+
+    Raises GraderUnavailable, naming the cause and the remedy, when the requested level does not work or
+    the level is below `require`.
+    """
+    if requested not in ("auto", *LEVELS):
+        raise ValueError(f"unknown isolation level {requested!r}")
+    tried = {}
+    for level in LEVELS if requested == "auto" else (requested,):
+        tried[level] = probe(level, python)
+        if tried[level] is None:
+            break
+    else:
+        raise GraderUnavailable(f"cannot confine student code at {' or '.join(tried)} isolation here "
+                                f"{_why_and_remedy(tried)}")
+    if require is not None and LEVELS.index(level) > LEVELS.index(require):
+        raise GraderUnavailable(f"--require-isolation {require}, but the strongest level that works here is "
+                                f"{level} {_why_and_remedy(tried)}")
+    return level
+
+
+def _why_and_remedy(tried):
+    """"(level: why; ...). Remedy: ..." for the levels of `tried` (level -> why not, or None) that failed."""
+    refused = {lvl: why for lvl, why in tried.items() if why}
+    causes = "; ".join(f"{lvl}: {why}" for lvl, why in refused.items())
+    remedies = " ".join(sorted({f"{remedy(lvl, why).capitalize()}." for lvl, why in refused.items()}))
+    return f"({causes}). Remedy: {remedies}"
+
