@@ -24,6 +24,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if GRADING_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.grading)
+    # the tests of minutes first (marked `long`): pytest-xdist's workers share the rest as they go, so neither
+    # is left running one of them alone at the end
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
 @pytest.fixture(scope="session")

@@ -279,6 +279,7 @@ def _expected_corpus_outcomes():
     return len(graded) - xfailed + HARNESS_TESTS, xfailed
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("level", ["landlock", "namespaces"])
 def test_the_attack_corpus_earns_nothing_and_leaks_nothing_as_an_unprivileged_user(place, level):
     """The whole corpus, graded at `level` as uid 65534 (tests/test_attacks.py, on its warm servers): no case
