@@ -12,8 +12,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from autograder.paths import KIT as ROOT, SOLUTIONS  # the kit is installed (make setup)
+
+sys.path.insert(0, str(ROOT))  # for the kit's test corpus (tests/corpus), which is not installed
 
 from autograder.grade.batch import grade_all  # noqa: E402
 from tests.corpus import load_corpus, materialize  # noqa: E402
@@ -29,7 +30,7 @@ def main():
         subs = Path(tmp) / "class"
         for i in range(args.students):
             case = bugs[i % len(bugs)]
-            materialize(case, subs / f"student-{i:03d}", ROOT / "solutions")
+            materialize(case, subs / f"student-{i:03d}", SOLUTIONS)
         start = time.monotonic()
         rows = grade_all(subs, Path(tmp) / "out", jobs=args.jobs)
         elapsed = time.monotonic() - start

@@ -16,10 +16,10 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from autograder.paths import KIT as ROOT, SOLUTIONS  # the kit is installed (make setup)
+
+sys.path.insert(0, str(ROOT))  # for tests/conftest.py's readable venv (tests/ is not installed)
 
 from autograder import LEVELS  # noqa: E402
 from autograder.grade.engine import grade  # noqa: E402
@@ -33,7 +33,7 @@ def spread(values):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("submission", nargs="?", default=str(ROOT / "solutions"))
+    parser.add_argument("submission", nargs="?", default=str(SOLUTIONS))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--python", help="interpreter of the student process (default: see above)")
     args = parser.parse_args()

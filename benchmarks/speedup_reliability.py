@@ -20,8 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from autograder.paths import KIT as ROOT, SOLUTIONS  # the kit is installed (make setup)
+
+sys.path.insert(0, str(ROOT))  # for the kit's test corpus (tests/corpus), which is not installed
 
 from autograder.grade import timing  # noqa: E402
 from autograder.sandbox.client import Sandbox  # noqa: E402
@@ -72,11 +73,11 @@ def main():
         print(f"sizes {timing.SIZES}, {timing.ROUNDS} rounds of {timing.REPS}, up to {timing.RETRIES} tries; "
               f"busy loop on one core: {busy is not None}", flush=True)
         with tempfile.TemporaryDirectory() as tmp:
-            variants = {"reference": ROOT / "solutions"}
+            variants = {"reference": SOLUTIONS}
             case = next(c for c in load_corpus()["bug"] if c.id == "mha-fused-loop-over-heads")
-            variants["loop"] = materialize(case, Path(tmp) / case.id, ROOT / "solutions")
+            variants["loop"] = materialize(case, Path(tmp) / case.id, SOLUTIONS)
             for attack in (c for c in load_attacks() if c.id in ATTACKS):
-                variants[attack.id] = materialize(attack, Path(tmp) / attack.id, ROOT / "solutions", params={})
+                variants[attack.id] = materialize(attack, Path(tmp) / attack.id, SOLUTIONS, params={})
             for name, folder in variants.items():
                 if not args.only or name in args.only:
                     results[name] = run(name, folder, args.runs)

@@ -7,14 +7,11 @@ submissions; here each limit and each wall of the sandbox has its own test.
 """
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 
 import pytest
-import torch
 
 from autograder.grade.engine import WarmServers, grade
 from autograder.sandbox.client import Sandbox
