@@ -22,6 +22,22 @@ FORMAT_HELP = ("text: a readable report; json: all data for other tools; gradesc
                "base64 result that GitHub Classroom's grading reporter reads.")
 
 
+class ShardSpec(click.ParamType):
+    """K/N: shard K of N, K counting from 0 (autograder.grade.shards.parse)."""
+
+    name = "K/N"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        from autograder.grade.shards import parse
+
+        try:
+            return parse(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 class Size(click.ParamType):
     """A size such as 4GiB, 512MiB, 1MiB or a number of bytes."""
 
@@ -281,10 +297,16 @@ def check(path):
                    "(an id named gradebook.csv, or ending in ~, gets OUT/<id>~/).")
 @click.option("--jobs", "-j", type=click.IntRange(1), default=None, help="Parallel gradings [default: core count].")
 @click.option("--force", is_flag=True, help="Grade again what OUT/gradebook.csv already holds.")
+@click.option("--shard", type=ShardSpec(), default=None, metavar="K/N",
+              help="Grade only shard K of N of the class, K counting from 0 (0 <= K < N, as Slurm's "
+                   "SLURM_ARRAY_TASK_ID and Kubernetes' JOB_COMPLETION_INDEX count): the submissions whose id's "
+                   "SHA-256 modulo N is K, the same list on every run. Give each shard its own OUT (it records "
+                   "what it was given and what graded it in OUT/shard.json), run the N shards anywhere, in any "
+                   "order, again after a failure (resumed as without --shard), then `merge` their OUTs.")
 @timeout_options(submission_default=300.0, alias="--submission-timeout")
 @intake_options
 @sandbox_options
-def grade_all(folder, output, jobs, force, call_timeout, submission_timeout, timeout, **sandbox):
+def grade_all(folder, output, jobs, force, shard, call_timeout, submission_timeout, timeout, **sandbox):
     """Grade every submission in FOLDER (a class).
 
     Each entry of FOLDER is one submission: a folder of .py modules, a folder
@@ -297,13 +319,18 @@ def grade_all(folder, output, jobs, force, call_timeout, submission_timeout, tim
     with what was looked for in the error column); timeout and error (the
     grading did not complete: no score, graded again by the next run).
 
+    On a cluster (Slurm, Kubernetes, a CI matrix), run N jobs, job K with
+    --shard K/N and an OUT of its own, then `merge` the N OUTs into one
+    gradebook (templates/ holds ready-made jobs).
+
     \b
     Exit status: 0 when the run completed; 2 when the isolation cannot be
     had (--require-isolation; nothing is graded) or the grader could not run
     the student code of some submissions (their rows: "error", no score; a
-    second run grades them again); 130 after Ctrl-C.
+    second run grades them again), or OUT holds another shard's results;
+    130 after Ctrl-C.
     """
-    from autograder.grade import batch
+    from autograder.grade import batch, shards
     from autograder.report.model import GradeReport, safe_line
     from autograder.sandbox.errors import GraderUnavailable
     from autograder.sandbox.isolation import choose_isolation
@@ -316,11 +343,20 @@ def grade_all(folder, output, jobs, force, call_timeout, submission_timeout, tim
     except GraderUnavailable as exc:
         click.echo(f"error: the grader cannot run student code here: {exc}", err=True)
         sys.exit(EXIT_CANNOT_RUN)
-    planned = batch.plan(folder, output, force=force, timeout=timeout, **options)  # hashed once, used twice
+    try:
+        if shard:  # the shard's submissions alone, its manifest (OUT/shard.json) written before any grading
+            planned = shards.prepare(folder, output, *shard, force=force, timeout=timeout, **options)
+        else:
+            shards.check_whole_run(output)
+            planned = batch.plan(folder, output, force=force, timeout=timeout, **options)  # hashed once, used twice
+    except shards.ShardError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
     entries, _, pending, changed, _ = planned
     todo = len(pending)
     since = f" ({changed} changed since the last run)" if changed else ""
-    click.echo(f"{len(entries)} submissions, {len(entries) - todo} already graded, {todo} to grade{since}",
+    of_class = f" (shard {shard[0]}/{shard[1]} of the class)" if shard else ""
+    click.echo(f"{len(entries)} submissions{of_class}, {len(entries) - todo} already graded, {todo} to grade{since}",
                err=True)
     start = time.monotonic()
 
@@ -344,17 +380,71 @@ def grade_all(folder, output, jobs, force, call_timeout, submission_timeout, tim
     if note:  # once per run, not once per student
         click.echo(note, err=True)
     elapsed = time.monotonic() - start
-    for status, meaning in (("empty", "nothing to grade, 0"), ("timeout", "no score"), ("error", "no score")):
-        ids = [r.id for r in rows.values() if r.status == status]
-        if ids:
-            click.echo(f"{status} ({meaning}): {', '.join(safe_line(i) for i in ids)}", err=True)
+    for line in batch.status_lines(rows):
+        click.echo(line, err=True)
     rate = f", {60 * todo / elapsed:.1f} per minute" if todo and elapsed > 0 else ""
-    click.echo(f"{len(rows)} rows in {output / batch.GRADEBOOK} ({elapsed:.0f} s{rate})")
-    failures = [r for r in rows.values() if r.status == "error" and r.error.startswith(batch.GRADER_FAILURE)]
+    of_shard = f"; shard {shard[0]}/{shard[1]}" if shard else ""
+    click.echo(f"{len(rows)} rows in {output / batch.GRADEBOOK} ({elapsed:.0f} s{rate}{of_shard})")
+    failures = batch.grader_failures(rows)
     if failures:
         click.echo(f"{len(failures)} submission(s) could not be graded because the grader could not run student "
                    "code (status error, no score); run the same command again once the cause is fixed", err=True)
         sys.exit(EXIT_CANNOT_RUN)
+
+
+@cli.command(short_help="Merge the outputs of grade-all --shard into one gradebook.")
+@click.argument("shard_outputs", nargs=-1, required=True, metavar="OUT1 OUT2 ...",
+                type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--output", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the merged gradebook.csv and every submission's folder, laid out as the OUT of one "
+                   "grade-all run of the whole class (a folder of its own: no shard's OUT).")
+def merge(shard_outputs, output):
+    """Merge the OUT folders of the N shards of one class into OUTPUT.
+
+    Give every shard's OUT (grade-all --shard K/N, K = 0 ... N-1). OUTPUT
+    gets one gradebook.csv, with the columns and the row order of grade-all,
+    and a copy of each submission's folder (results.json, feedback), as one
+    grade-all run of the whole class would have written them; the summary is
+    grade-all's.
+
+    Nothing is guessed: the merge refuses shards graded with a different kit
+    version, graders or reference, torch, Python or settings (timeouts,
+    limits, --max-unzipped), or of a different N, saying what differs and in
+    which shard (each shard records them in its OUT/shard.json); and it
+    lists, by id, what keeps the gradebook from being whole: shards not given
+    or given twice, submissions with no row (a shard killed or still running:
+    run it again, it resumes), rows graded before the kit or the settings
+    changed, rows a shard was not assigned, ids in two shards. Either way it
+    writes nothing.
+
+    \b
+    Exit status: 0 when OUTPUT holds the merged class; 1 when shards or rows
+    are missing, unfinished or overlap (the ids listed); 2 when the shards
+    cannot be merged (graded differently, or not shards' outputs).
+    """
+    from autograder.grade import batch, shards
+
+    try:
+        merged = shards.merge(shard_outputs, output)
+    except shards.Incomplete as exc:
+        click.echo("error: the shards do not make a whole class; nothing written:", err=True)
+        for problem in exc.problems:
+            click.echo(f"  - {problem}", err=True)
+        sys.exit(1)
+    except shards.ShardError as exc:
+        click.echo(f"error: {exc}; nothing written", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
+    levels = sorted({r.isolation for r in merged.rows.values() if r.isolation})
+    if levels:
+        click.echo(f"Isolation: {', '.join(levels)}", err=True)
+    for line in batch.status_lines(merged.rows):
+        click.echo(line, err=True)
+    click.echo(f"{len(merged.rows)} rows in {output / batch.GRADEBOOK} (merged from {merged.shards} shards)")
+    failures = batch.grader_failures(merged.rows)
+    if failures:
+        click.echo(f"{len(failures)} submission(s) could not be graded because the grader could not run student "
+                   "code (status error, no score); run their shards again once the cause is fixed, then merge",
+                   err=True)
 
 
 @cli.command(short_help="Write student_template/ from solutions/.")

@@ -51,6 +51,7 @@ from autograder.scoring import fmt
 from autograder.submission import intake
 
 GRADEBOOK = "gradebook.csv"
+MANIFEST = "shard.json"  # a shard's record of what it was assigned and what graded it (autograder.grade.shards)
 GRADER_FAILURE = "the grader could not run student code: "  # how the error of such a row begins
 DONE = ("graded", "empty")  # rows a second run keeps while their fingerprint holds; the others are graded again
 COLUMNS = ["id", "total", *MODULES, "status", "isolation", "grading_time_s", "error", "fingerprint"]
@@ -190,10 +191,11 @@ def _settings(timeout, call_timeout, options):
 
 
 def plan(folder: Path, out: Path, *, force: bool = False, timeout: float = 300.0, call_timeout: float = 10.0,
-         **options):
+         entries=None, **options):
     """(every (id, path), the rows already in the gradebook, the ids to grade, how many of them changed since
-    they were graded, and each id's fingerprint)."""
-    entries = discover(folder)
+    they were graded, and each id's fingerprint). `entries`: the (id, path) of this run, where it grades part of
+    the class (a shard: autograder.grade.shards); by default every entry of `folder`."""
+    entries = discover(folder) if entries is None else list(entries)
     rows = {} if force else read_gradebook(out)
     kit = kit_digest()
     settings = _settings(timeout, call_timeout, options)
@@ -214,12 +216,12 @@ def plan(folder: Path, out: Path, *, force: bool = False, timeout: float = 300.0
     return entries, rows, todo, changed, prints
 
 
-RESERVED = frozenset({GRADEBOOK})  # the kit's own files in OUT (its temporary files begin with ".", as hidden ids)
+RESERVED = frozenset({GRADEBOOK, MANIFEST})  # the kit's own files in OUT (its temporary files begin with ".", as hidden ids)
 
 
 def output_folder(out: Path, sub_id: str) -> Path:
-    """OUT/<id>/, where a submission's files go. An id that names one of the kit's own files (gradebook.csv)
-    or ends with "~" gets a "~" appended, so that no submission's folder is the gradebook and no two ids
+    """OUT/<id>/, where a submission's files go. An id that names one of the kit's own files (gradebook.csv,
+    shard.json) or ends with "~" gets a "~" appended, so that no submission's folder is the gradebook and no two ids
     share a folder (the mapping is one to one)."""
     return Path(out) / (sub_id + "~" if sub_id in RESERVED or sub_id.endswith("~") else sub_id)
 
@@ -308,6 +310,26 @@ def row_from_report(report: GradeReport, seconds: float = 0.0) -> Row:
     error = report.error.splitlines()[0] if report.error else ""
     total = float(fig.total) if report.has_score else None
     return Row(report.submission, total, modules, report.status, seconds, error, report.isolation)
+
+
+SUMMARY = (("empty", "nothing to grade, 0"), ("timeout", "no score"), ("error", "no score"))
+
+
+def status_lines(rows: dict[str, Row]) -> list[str]:
+    """The summary's lines that name the ids of each status but graded (empty, timeout, error), in the gradebook's
+    order: what grade-all and merge print after a run."""
+    ordered = [rows[key] for key in sorted(rows)]
+    lines = []
+    for status, meaning in SUMMARY:
+        ids = [r.id for r in ordered if r.status == status]
+        if ids:
+            lines.append(f"{status} ({meaning}): {', '.join(safe_line(i) for i in ids)}")
+    return lines
+
+
+def grader_failures(rows: dict[str, Row]) -> list[Row]:
+    """The rows of submissions that the grader could not grade (status error: no score, graded again next run)."""
+    return [r for r in rows.values() if r.status == "error" and r.error.startswith(GRADER_FAILURE)]
 
 
 @contextmanager

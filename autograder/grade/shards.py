@@ -1,0 +1,321 @@
+"""A class graded in shards: the library behind `grade-all --shard K/N` and `grader_cli.py merge`.
+
+A course that regrades thousands of submissions runs `grade-all` as N jobs of
+the engine it already has (a Slurm job array, a Kubernetes Indexed Job, a
+GitHub Actions matrix; templates/), each grading one shard into a results
+folder of its own, then merges the N folders into one.
+
+The split. A submission belongs to shard `shard_of(id, N)`: the first 8 hex
+digits of the SHA-256 of its id (its name in the class folder, as UTF-8),
+as an integer, modulo N. It depends on the id and N alone, never on a
+listing's order or on the other submissions: a shard's list is the same when
+the run is repeated, when another shard fails, and when submissions are
+added (each keeps its shard). K counts from 0 (0 <= K < N), as Slurm's
+SLURM_ARRAY_TASK_ID and Kubernetes' JOB_COMPLETION_INDEX do.
+
+The manifest. Before it grades, a shard writes OUT/shard.json (atomically):
+K and N, every submission assigned to it with the fingerprint its row must
+carry (autograder.grade.batch.fingerprint: content, kit code, settings), and
+what grades (`WHAT_GRADES`): the kit's version, the checksum of the code that
+decides a grade (kit_digest: engine, graders, reference), torch's and
+Python's versions, and the settings that the fingerprint uses (timeouts,
+limits, --max-unzipped). A shard is resumable as grade-all is: run the same
+command again and it grades what its gradebook lacks.
+
+The merge refuses (`Refused`, exit 2), saying what differs and in which
+shard, folders that are no shard's output, shards of different N or graded
+with a different kit, graders, torch, Python or settings, and an output
+folder that is (or holds, or lies in) a shard's. It reports (`Incomplete`,
+exit 1), listing ids, the shards not given, a shard given twice, submissions
+assigned but with no row (a shard killed or still running), rows that are
+not the manifest's (graded before the kit, the settings or the submission
+changed: the shard was not run again to the end), rows the shard was not
+assigned, and ids in two shards. It never guesses: either every shard is
+there, whole and alike, and OUT gets one gradebook (batch.COLUMNS, rows in
+grade-all's order) and a copy of every submission's folder, laid out as one
+grade-all run's OUT, or nothing is written.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autograder.files import write_atomic
+from autograder.grade import batch
+from autograder.report.model import safe_line
+
+MANIFEST = batch.MANIFEST  # OUT/shard.json: one of the kit's own files in OUT (batch.RESERVED)
+FORMAT = 1  # the manifest's format
+#: what a manifest says graded its rows; shards that differ in any of these are never merged
+WHAT_GRADES = ("shards", "kit", "graders_sha256", "torch", "python", "settings")
+
+
+class ShardError(ValueError):
+    """A shard cannot be graded into, or merged from, this folder: the message says why (exit 2)."""
+
+
+class Refused(ShardError):
+    """merge: the shards cannot make one gradebook (graded differently, or not shards at all)."""
+
+
+class Incomplete(Exception):
+    """merge: the shards are alike but not whole, or overlap; `problems` lists each, ids included."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def parse(text: str) -> tuple[int, int]:
+    """'K/N' -> (K, N), K counting from 0: 0 <= K < N. A ValueError that says what is wrong otherwise."""
+    k, sep, n = str(text).strip().partition("/")
+    if not sep or not k.strip().isdecimal() or not n.strip().isdecimal():
+        raise ValueError(f"{text!r} is not K/N: shard K of N shards, two whole numbers, e.g. 0/4")
+    k, n = int(k), int(n)
+    if n < 1:
+        raise ValueError(f"{text!r}: N, the number of shards, must be at least 1")
+    if k >= n:
+        raise ValueError(f"{text!r}: K counts from 0, so it must be below N (0 to {n - 1})")
+    return k, n
+
+
+def shard_of(sub_id: str, shards: int) -> int:
+    """The shard of submission `sub_id` among `shards`: int(sha256(id)[:8 hex digits]) mod N (see above)."""
+    digest = hashlib.sha256(sub_id.encode("utf-8", "surrogateescape")).hexdigest()
+    return int(digest[:8], 16) % shards
+
+
+def assigned(entries, k: int, n: int) -> list:
+    """The (id, path) of `entries` that shard K of N grades, in the order given."""
+    return [(i, p) for i, p in entries if shard_of(i, n) == k]
+
+
+def read_manifest(out: Path) -> dict | None:
+    """OUT/shard.json, or None where there is none; a ShardError when it cannot be read as one."""
+    path = Path(out) / MANIFEST
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            raise ShardError(f"{path} is not a regular file")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ShardError(f"{path} cannot be read as a shard's manifest: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ShardError(f"{path} is not a manifest of this kit (format {FORMAT})")
+    return data
+
+
+def check_whole_run(out: Path):
+    """A grade-all of the whole class must not write into a shard's OUT (its rows would be merged as the
+    shard's): a ShardError where OUT holds a manifest."""
+    manifest = read_manifest(out)
+    if manifest is not None:
+        raise ShardError(f"{out} holds the results of shard {manifest.get('shard')}/{manifest.get('shards')} "
+                         f"({MANIFEST}); grade the whole class into another folder, or this shard with --shard")
+
+
+def prepare(folder: Path, out: Path, k: int, n: int, *, force: bool = False, timeout: float = 300.0,
+            call_timeout: float = 10.0, **options):
+    """Plan shard K of N of the class in `folder` into `out` and write its manifest; batch.plan's answer for the
+    shard's submissions alone, to give to batch.grade_all (`planned`).
+
+    A ShardError where `out` holds another shard's results (another K or N) or a whole run's (a gradebook
+    without a manifest): each shard writes a folder of its own."""
+    out = Path(out)
+    manifest = read_manifest(out)
+    if manifest is not None and (manifest.get("shard"), manifest.get("shards")) != (k, n):
+        raise ShardError(f"{out} holds the results of shard {manifest.get('shard')}/{manifest.get('shards')}, "
+                         f"not {k}/{n}: give each shard a folder of its own")
+    if manifest is None and (out / batch.GRADEBOOK).exists():
+        raise ShardError(f"{out} holds a gradebook that is no shard's (no {MANIFEST}): give each shard a new "
+                         "folder of its own")
+    entries = assigned(batch.discover(folder), k, n)
+    planned = batch.plan(folder, out, force=force, timeout=timeout, call_timeout=call_timeout, entries=entries,
+                         **options)
+    prints = planned[4]
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / MANIFEST, json.dumps({
+        "format": FORMAT, "shard": k, "shards": n, **batch.versions(),
+        "settings": batch._settings(timeout, call_timeout, options),
+        "submissions": [[i, prints[i]] for i, _ in entries]}, indent=1) + "\n")
+    return planned
+
+
+def grade_shard(folder: Path, out: Path, k: int, n: int, **kwargs) -> dict:
+    """Grade shard K of N of `folder` into `out` (its manifest first), as batch.grade_all grades a class;
+    `kwargs` go to batch.grade_all. The rows of the shard, by row key."""
+    planned = prepare(folder, out, k, n, **{key: value for key, value in kwargs.items()
+                                            if key not in ("jobs", "progress", "warm", "on_interrupt", "planned")})
+    return batch.grade_all(folder, out, planned=planned, **kwargs)
+
+
+# ---- merge -------------------------------------------------------------------------------------------------
+
+def _plain_id(sub_id) -> bool:
+    """An id a folder name can be made from: one path component, as the class folder's listing gives."""
+    return (isinstance(sub_id, str) and sub_id not in ("", ".", "..") and "/" not in sub_id and "\0" not in sub_id
+            and not sub_id.startswith("."))
+
+
+@dataclass
+class Shard:
+    out: Path
+    manifest: dict
+    rows: dict = field(default_factory=dict)  # row key -> batch.Row
+
+    @property
+    def name(self):
+        return f"shard {self.manifest['shard']} ({self.out})"
+
+
+def _load(out: Path) -> Shard:
+    out = Path(out)
+    if not out.is_dir():
+        raise Refused(f"{out} is not a folder")
+    manifest = read_manifest(out)
+    if manifest is None:
+        raise Refused(f"{out} is no shard's output: it has no {MANIFEST} (grade-all --shard K/N writes it)")
+    k, n, subs = manifest.get("shard"), manifest.get("shards"), manifest.get("submissions")
+    if not (isinstance(n, int) and isinstance(k, int) and 0 <= k < n and isinstance(subs, list)
+            and all(isinstance(s, list) and len(s) == 2 and _plain_id(s[0]) and isinstance(s[1], str)
+                    for s in subs)):
+        raise Refused(f"{out / MANIFEST} is not a whole manifest (shard, shards, submissions)")
+    return Shard(out, manifest, batch.read_gradebook(out))
+
+
+def _differences(shards: list[Shard]) -> list[str]:
+    first = shards[0]
+    found = []
+    for shard in shards[1:]:
+        for key in WHAT_GRADES:
+            if shard.manifest.get(key) != first.manifest.get(key):
+                found.append(f"{key}: {shard.name} has {_show(shard.manifest.get(key))}, {first.name} has "
+                             f"{_show(first.manifest.get(key))}")
+    return found
+
+
+def _show(value):
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _inside(a: Path, b: Path) -> bool:
+    """Whether a is b or lies inside it."""
+    return a == b or b in a.parents
+
+
+@dataclass
+class Merged:
+    rows: dict  # row key -> batch.Row, every submission of the class
+    shards: int  # N
+    copied: int  # submission folders copied into OUT
+
+
+def check(outs) -> tuple[list[Shard], dict]:
+    """Read the shards' outputs and check them as `merge` does (without writing): (the shards, every row by row
+    key). Refused when they cannot be merged, Incomplete when they are alike but not whole or overlap."""
+    if not outs:
+        raise Refused("no shard output given")
+    shards = [_load(out) for out in outs]
+    differences = _differences(shards)
+    if differences:
+        raise Refused("the shards were not graded alike, so their rows cannot make one gradebook: "
+                      + "; ".join(differences) + ". Grade every shard again with the same kit and options")
+    n = shards[0].manifest["shards"]
+    problems = []
+    given = {}
+    for shard in shards:
+        given.setdefault(shard.manifest["shard"], []).append(shard)
+    missing = [k for k in range(n) if k not in given]
+    if missing:
+        problems.append(f"shards not given (of {n}, counting from 0): {', '.join(map(str, missing))}")
+    twice = [f"shard {k} in {', '.join(str(s.out) for s in same)}" for k, same in sorted(given.items())
+             if len(same) > 1]
+    if twice:
+        problems.append(f"shards given more than once: {'; '.join(twice)}")
+    owner = {}  # row key -> the shard it was assigned to
+    rows, twice_ids = {}, []
+    for shard in shards:
+        expected = {batch.row_key(i): (i, fp) for i, fp in shard.manifest["submissions"]}
+        wrong_shard = [i for i, _ in expected.values() if shard_of(i, n) != shard.manifest["shard"]]
+        if wrong_shard:
+            problems.append(f"{shard.name} was assigned submissions of other shards: {_ids(wrong_shard)}")
+        no_row = [i for key, (i, _) in expected.items() if key not in shard.rows]
+        if no_row:
+            problems.append(f"{shard.name}: assigned, no row (the shard did not finish: run it again): "
+                            f"{_ids(no_row)}")
+        stale = [i for key, (i, fp) in expected.items() if key in shard.rows and shard.rows[key].fingerprint != fp]
+        if stale:
+            problems.append(f"{shard.name}: rows graded from another kit, other settings or another content than "
+                            f"its last run was given (it did not finish: run it again): {_ids(stale)}")
+        extra = [row.id for key, row in shard.rows.items() if key not in expected]
+        if extra:
+            problems.append(f"{shard.name}: rows of submissions it was not assigned (no longer in the class folder? "
+                            f"grade the shard again with --force): {_ids(extra)}")
+        for key, (i, _) in expected.items():
+            if key in owner:
+                twice_ids.append(f"{safe_line(i)} ({owner[key].name} and {shard.name})")
+            else:
+                owner[key] = shard
+                if key in shard.rows:
+                    rows[key] = shard.rows[key]
+    if twice_ids:
+        problems.append(f"submissions in two shards: {_ids(twice_ids, escape=False)}")
+    if problems:
+        raise Incomplete(problems)
+    return shards, rows
+
+
+def _ids(ids, escape=True) -> str:
+    """At most 50 ids, each on one safe line (a student's name for a file never passes for the kit's text)."""
+    shown = [safe_line(i) if escape else i for i in ids[:50]]
+    return ", ".join(shown) + (f" and {len(ids) - 50} more" if len(ids) > 50 else "")
+
+
+def merge(outs, out: Path) -> Merged:
+    """Merge the outputs of the N shards of one run into `out`: one gradebook (batch.COLUMNS, the rows in the
+    order grade-all writes them) and a copy of every submission's folder, so that `out` is laid out as the OUT
+    of one grade-all run of the whole class (a later `grade-all DIR -o OUT` resumes from it).
+
+    Refused (nothing written) when the shards cannot be merged or `out` is a shard's folder; Incomplete (nothing
+    written) when a shard is missing or unfinished, given twice, or rows overlap (`check`). An `out` that
+    exists must hold no shard's manifest: a previous merge's folders of the same ids are replaced, its gradebook
+    rewritten."""
+    out = Path(out).absolute()
+    for given in outs:
+        given = Path(given).absolute()
+        if _inside(out, given) or _inside(given, out):
+            raise Refused(f"the merged output {out} and the shard output {given} overlap: merge into a folder of "
+                          "its own")
+    if read_manifest(out) is not None:
+        raise Refused(f"{out} holds a shard's manifest: merge into a folder of its own")
+    shards, rows = check(outs)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / batch.GRADEBOOK).unlink(missing_ok=True)  # a previous merge's: until the end, no gradebook
+    copied = 0
+    for shard in shards:
+        for sub_id, _ in shard.manifest["submissions"]:
+            source = batch.output_folder(shard.out, sub_id)  # the ids are checked: one path component each
+            try:
+                is_folder = stat.S_ISDIR(os.lstat(source).st_mode)  # never a link followed
+            except FileNotFoundError:
+                is_folder = False  # a row of a grading whose files could not be written: the row says why
+            if not is_folder:
+                continue
+            target = batch.output_folder(out, sub_id)
+            staging = target.with_name(f".{target.name}.merging")
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.copytree(source, staging, symlinks=True)
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            elif target.exists() or target.is_symlink():
+                target.unlink()
+            os.rename(staging, target)
+            copied += 1
+    batch.write_gradebook(out, rows)  # last: a gradebook in OUT means the merge finished
+    return Merged(rows, shards[0].manifest["shards"], copied)
