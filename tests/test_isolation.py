@@ -7,6 +7,7 @@ submissions; here each limit and each wall of the sandbox has its own test.
 """
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -431,3 +432,15 @@ def test_the_disk_guard_counts_only_its_own_folders(tmp_path):
         assert fired and fired[0] == "5 MiB", fired
     finally:
         guard.stop()
+
+
+@pytest.mark.parametrize("env", ["grader", "student"])
+def test_grading_processes_run_torch_on_one_thread(env, tmp_path):
+    """Two gradings side by side (grade-all --jobs 2, the suite's workers) each ran 4x slower while the grader
+    processes kept torch's thread per core spinning between operators: every process of a grading has one."""
+    from autograder.sandbox.limits import grader_env, student_env
+
+    environ = grader_env() if env == "grader" else student_env(tmp_path)
+    shown = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], env=environ,
+                           capture_output=True, text=True, timeout=300)
+    assert shown.stdout.strip() == "1", f"expected 1 torch thread in a {env} process, got {shown.stdout!r} {shown.stderr}"
