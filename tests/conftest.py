@@ -3,9 +3,15 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
+# One thread per library in every process of the suite (set before torch is imported): the tests' tensors are
+# small, and with a thread per core spinning between operators the two xdist workers, their gradings and the
+# nbgrader kernels they start slowed each other down (the grading processes set it themselves: sandbox/limits.py).
+for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
 
-from autograder.grade.engine import grade
+import pytest  # noqa: E402
+
+from autograder.grade.engine import grade  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
