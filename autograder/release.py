@@ -512,6 +512,7 @@ class Step:
     folder: Path
     shown_as: str  # how its file names are shown: the prefix of the folder in the kit
     files: Callable[[], dict[str, str]]
+    part: str  # "sources" (the instructor's side: notebooks, the kit's generated files) or "template" (the students')
     prune: bool = False
 
     def _extras(self, expected) -> list[Path]:
@@ -551,9 +552,14 @@ def steps(assignment_dir: Path = ASSIGNMENT_DIR, template_dir: Path = TEMPLATE_D
        `raise NotImplementedError()`), its README, the self-check, and the student notebooks that the real
        `nbgrader generate_assignment` makes from the source notebooks.
     """
-    return [Step(Path(assignment_dir), f"assignments/{ASSIGNMENT}/", lambda: synced_sources(assignment_dir)),
-            Step(ROOT, "", generated_files),
-            Step(Path(template_dir), "student_template/", expected_template, prune=True)]
+    return [Step(Path(assignment_dir), f"assignments/{ASSIGNMENT}/", lambda: synced_sources(assignment_dir),
+                 "sources"),
+            Step(ROOT, "", generated_files, "sources"),
+            Step(Path(template_dir), "student_template/", expected_template, "template", prune=True)]
+
+
+def _part(part: str, **folders) -> list[Step]:
+    return [step for step in steps(**folders) if step.part == part]
 
 
 def check(**folders) -> list[str]:
@@ -569,16 +575,16 @@ def write(**folders) -> list[str]:
 def check_sources(assignment_dir: Path = ASSIGNMENT_DIR) -> list[str]:
     """What steps 1 and 2 would change, changing nothing: source notebooks whose module cell is not a copy of
     solutions/ or whose task cell does not give the graders' points, and stale generated files of the kit."""
-    return [s.shown_as + n for s in steps(assignment_dir)[:2] for n in s.stale()]
+    return [s.shown_as + n for s in _part("sources", assignment_dir=assignment_dir) for n in s.stale()]
 
 
 def write_template(dest: Path = TEMPLATE_DIR) -> list[str]:
     """Step 3: write the expected template into `dest` (created if needed), rewriting only files that differ
     and removing stale .py, .md and .ipynb files; the names written or removed, sorted."""
-    return steps(template_dir=dest)[2].write()
+    return [name for step in _part("template", template_dir=dest) for name in step.write()]
 
 
 def check_template(dest: Path = TEMPLATE_DIR) -> list[str]:
     """The sorted names of the files of `dest` that differ from the expected template, are missing, or should
     not be there; [] means up to date. Changes nothing."""
-    return steps(template_dir=dest)[2].stale()
+    return [name for step in _part("template", template_dir=dest) for name in step.stale()]
