@@ -3,6 +3,7 @@
 Each test writes a small hostile module, runs it through the real Sandbox
 (a real child process, real timeouts) and checks what the trusted side sees.
 """
+import json
 import time
 
 import pytest
@@ -126,3 +127,14 @@ def test_memory_bomb_fails_inside_its_process(submission):
             sb.call("masks", "causal_mask", 3)
         assert err.value.kind in ("raised", "crashed")
         assert "allocate" in str(err.value) or err.value.kind == "crashed"
+
+
+def test_limits_cross_a_process_boundary_as_they_are():
+    """The grader's --limits and the student's config carry Limits.to_dict(); from_dict gives them back, and a
+    name the dataclass does not have is refused rather than dropped."""
+    from autograder.sandbox.limits import Limits
+
+    limits = Limits(cpu_seconds=7.5, memory_bytes=1 << 30, processes=None, output_bytes=123)
+    assert Limits.from_dict(json.loads(json.dumps(limits.to_dict()))) == limits
+    with pytest.raises(TypeError):
+        Limits.from_dict({**limits.to_dict(), "cpu_second": 1})

@@ -186,7 +186,7 @@ def _settings(timeout, call_timeout, options):
     limits = options.get("limits") or Limits()  # None means the defaults: the same fingerprint as given
     number = (lambda v: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)  # 60 == 60.0
     return {"timeout": number(timeout), "call_timeout": number(call_timeout),
-            "limits": {k: number(v) for k, v in limits.__dict__.items()},
+            "limits": {k: number(v) for k, v in limits.to_dict().items()},
             "max_unzipped": number(options.get("max_unzipped") or intake.MAX_UNZIPPED)}
 
 

@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder import MODULES
@@ -331,7 +331,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
         args = [str(GRADERS), "-c", str(GRADERS / "pytest.ini"), "--rootdir", str(GRADERS),
                 "-p", "autograder.grade.plugin", "-q", "--no-header", "--submission", str(folder.resolve()),
                 "--results-file", str(results_file), "--call-timeout", str(call_timeout),
-                "--limits", json.dumps(asdict(limits)), "--isolation", level, "--student-python", python]
+                "--limits", json.dumps(limits.to_dict()), "--isolation", level, "--student-python", python]
         # why a module is missing, and the original submission (hidden from student code like its copy)
         args += ["--intake", json.dumps({"missing": got.missing, "source": str(Path(path).resolve())})]
         if servers is not None:

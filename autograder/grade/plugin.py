@@ -73,7 +73,7 @@ def pytest_configure(config):
     submission = config.getoption("submission")
     if submission:
         sandbox = Sandbox(submission, call_timeout=config.getoption("call_timeout"),
-                          limits=Limits(**json.loads(config.getoption("limits"))),
+                          limits=Limits.from_dict(json.loads(config.getoption("limits"))),
                           isolation=config.getoption("isolation"), zygote=config.getoption("zygote"),
                           python=config.getoption("student_python"), intake=json.loads(config.getoption("intake")))
         sandbox.start()

@@ -31,7 +31,6 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from autograder import MODULES
@@ -141,7 +140,7 @@ class Sandbox:
         root.mkdir()
         self._log_mark = self._log.stat().st_size if self._log.exists() else 0
         config = {"log": str(self._log), "cwd": str(self._work), "home": str(self._home), "root": str(root),
-                  "isolation": self.level, "limits": asdict(self.limits), "writable": WRITABLE,
+                  "isolation": self.level, "limits": self.limits.to_dict(), "writable": WRITABLE,
                   "env": student_env(self._home),
                   "forbidden": forbidden_paths(self.submission, *filter(None, [self.intake.get("source")])),
                   "refuse": refusals(False)}

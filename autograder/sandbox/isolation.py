@@ -14,7 +14,6 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from autograder import LEVELS
@@ -105,7 +104,7 @@ def _probe(level, python):
         for name in ("work", "home", "root"):
             (tmp / name).mkdir(mode=0o700)
         config = {"probe": True, "isolation": level, "log": str(tmp / "log"), "cwd": str(tmp / "work"),
-                  "home": str(tmp / "home"), "root": str(tmp / "root"), "limits": asdict(Limits()),
+                  "home": str(tmp / "home"), "root": str(tmp / "root"), "limits": Limits().to_dict(),
                   "writable": WRITABLE, "forbidden": forbidden_paths(), "refuse": refusals(True)}
         try:
             proc = subprocess.Popen([python, "-I", str(CHILD), json.dumps(config)], stdin=subprocess.DEVNULL,

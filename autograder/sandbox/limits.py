@@ -27,6 +27,15 @@ class Limits:
     processes: int | None = 64  # processes and threads: a fork bomb stops here
     output_bytes: int | None = 1 << 20  # what student code may print or write to files
 
+    def to_dict(self) -> dict:
+        """The limits as they cross a process boundary (JSON: the grader's --limits, the student's config)."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "Limits":
+        """Back from `to_dict` (a name the dataclass does not have is an error, not ignored)."""
+        return cls(**values)
+
     def describe(self, which):
         value = getattr(self, which)
         if which in ("memory_bytes", "output_bytes"):
