@@ -3,11 +3,12 @@ import os
 import sys
 from pathlib import Path
 
-# One thread per library in every process of the suite (set before torch is imported): the tests' tensors are
-# small, and with a thread per core spinning between operators the two xdist workers, their gradings and the
-# nbgrader kernels they start slowed each other down (the grading processes set it themselves: sandbox/limits.py).
-for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_name, "1")
+from autograder.sandbox.limits import ONE_THREAD  # imports no torch
+
+# One thread per library in every process of the suite too, as in a grading's (set before torch is imported):
+# the two xdist workers, their gradings and the nbgrader kernels they start no longer slow each other down.
+for _name, _value in ONE_THREAD.items():
+    os.environ.setdefault(_name, _value)
 
 import pytest  # noqa: E402
 

@@ -55,11 +55,15 @@ STUDENT_ENV = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT", "CUDA_VISIBLE_DEVICES", "
 GRADER_ENV = (*STUDENT_ENV, "HOME", "TMPDIR", "VIRTUAL_ENV", "MHA_REFUSE", "MHA_BATCH_DIR")
 
 
+#: One thread per library, in every process of a grading: the graders' and students' tensors are small, and
+#: torch's default (a thread per core, spinning between operators) made two gradings side by side 4x slower each.
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 def student_env(home) -> dict[str, str]:
     """The environment of a student process: STUDENT_ENV, its own HOME, one thread per library."""
     env = {k: os.environ[k] for k in STUDENT_ENV if k in os.environ}
-    env.update(HOME=str(home), TMPDIR=str(home), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")
+    env.update(ONE_THREAD, HOME=str(home), TMPDIR=str(home), PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")
     return env
 
 
@@ -68,10 +72,8 @@ def grader_env() -> dict[str, str]:
     plugin but the ones the engine names (`-p autograder.grade.plugin`): whatever else is installed beside the kit
     (xdist, anyio, ...) would be imported by every grading and take part in it."""
     env = {k: os.environ[k] for k in GRADER_ENV if k in os.environ}
-    # one thread per library, as in the student process: the graders' tensors are small, and torch's default
-    # (a thread per core, spinning between operators) made two gradings side by side 4x slower each
-    return {**env, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return {**env, **ONE_THREAD, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
 def forbidden_paths(*extra):
