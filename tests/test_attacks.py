@@ -117,7 +117,7 @@ CALL_TIMEOUT = 5.0
 #: What one grading may cost the trusted side, whatever the submission sends it (issue: answers, messages and
 #: pictures of a bounded cost): the grader process's peak resident memory (a warm grader is a fork of a server
 #: that holds torch, pytest and the graders: 200-260 MiB to start with; the DEFLATE bomb of the corpus would
-#: add 512 MiB), and the size of the JSON report (a message bomb sent 20 MB per failed check).
+#: add 512 MiB), and the size of the JSON report (a message bomb sends 4 MB per failed check).
 MAX_GRADER_MIB = 512
 MAX_REPORT_BYTES = 512 << 10
 

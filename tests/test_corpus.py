@@ -23,7 +23,8 @@ CORPUS = load_corpus()
 
 
 def graded(case, tmp_path, servers):
-    report = grade(materialize(case, tmp_path / case.id, SOLUTIONS), call_timeout=5.0, servers=servers)
+    report = grade(materialize(case, tmp_path / case.id, SOLUTIONS), call_timeout=case.call_timeout or 5.0,
+                   servers=servers)
     assert report.status == "graded", report.error
     assert not [t for t in report.tests if t.grader_error], [t.message for t in report.tests if t.grader_error]
     return report

@@ -1,4 +1,7 @@
-"""Notebook submissions: the notebook's code becomes the module, and nothing else in it can break grading."""
+"""Notebook submissions: the notebook's code becomes the module, and nothing else in it can break grading.
+
+A notebook becomes a module on the trusted side, before any process starts: the source notebooks are graded
+cold (as `grader_cli.py grade` does), the other cases through the session's warm servers (as a class run's)."""
 import json
 import shutil
 
@@ -55,17 +58,17 @@ def test_source_notebooks_score_100():
 
 
 @pytest.mark.grading
-def test_untouched_template_notebooks_score_0(tmp_path):
+def test_untouched_template_notebooks_score_0(tmp_path, warm_servers):
     for name in NOTEBOOKS.values():
         shutil.copy(TEMPLATE / name, tmp_path / name)
-    report = grade(tmp_path)
+    report = grade(tmp_path, servers=warm_servers)
     assert report.status == "empty" and report.score == 0, (report.status, report.error)  # no student work found
     assert not [t for t in report.tests if t.status == "passed"]
     assert not [t for t in report.tests if t.grader_error]
 
 
 @pytest.mark.grading
-def test_plots_raising_cells_and_stderr_do_not_cost_points(tmp_path):
+def test_plots_raising_cells_and_stderr_do_not_cost_points(tmp_path, warm_servers):
     for module, name in NOTEBOOKS.items():
         nb = nbformat.read(ASSIGNMENT_DIR / name, as_version=4)
         nb.cells[1:1] = [new_code_cell("import warnings, sys\nwarnings.warn('noisy')\nprint('x', file=sys.stderr)")]
@@ -75,24 +78,24 @@ def test_plots_raising_cells_and_stderr_do_not_cost_points(tmp_path):
             new_code_cell("while True:\n    pass  # an experiment left running"),
         ]
         nbformat.write(nb, tmp_path / name)
-    report = grade(tmp_path)
+    report = grade(tmp_path, servers=warm_servers)
     assert not report.failed(), [f"{t.id}: {t.message}" for t in report.failed()]
 
 
 @pytest.mark.grading
-def test_single_notebook_is_graded_as_its_module():
-    report = grade(ASSIGNMENT_DIR / NOTEBOOKS["masks"])
+def test_single_notebook_is_graded_as_its_module(warm_servers):
+    report = grade(ASSIGNMENT_DIR / NOTEBOOKS["masks"], servers=warm_servers)
     modules = report.modules()
     assert modules["masks"][0] == modules["masks"][1] > 0
     assert all(modules[m][0] == 0 for m in MODULES if m != "masks")
 
 
 @pytest.mark.grading
-def test_unreadable_notebook_costs_its_module_only(tmp_path):
+def test_unreadable_notebook_costs_its_module_only(tmp_path, warm_servers):
     for name in NOTEBOOKS.values():
         shutil.copy(ASSIGNMENT_DIR / name, tmp_path / name)
     (tmp_path / NOTEBOOKS["heads"]).write_text("{ this is not json")
-    report = grade(tmp_path)
+    report = grade(tmp_path, servers=warm_servers)
     modules = report.modules()
     assert modules["heads"][0] == 0
     assert all(modules[m][0] == modules[m][1] for m in MODULES if m != "heads")

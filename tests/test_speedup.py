@@ -1,10 +1,12 @@
 """The speedup checks, exercised only with margins that no noise can cross.
 
-A fused module that sleeps 20 ms per forward pass (the reference stacked
-module takes about 3-7 ms here, the reference fused one about 0.3 ms) and a
+A fused module that sleeps 10 ms per forward pass (the reference stacked
+module takes about 3-7 ms here, the reference fused one about 0.2-0.3 ms) and a
 fused module that loops over 32 heads must fail; patching the student
 process's timers must not help. The reference passing is part of
-test_scoring (the reference scores 100).
+test_scoring (the reference scores 100, graded cold as `grader_cli.py grade`
+does); these gradings go through the session's warm servers, as a class
+run's do.
 """
 import pytest
 
@@ -15,7 +17,7 @@ from tests.corpus import load_corpus, materialize
 
 SPEEDUP_TESTS = "faster_than_reference_stacked or close_to_reference_fused"
 
-SLEEP = ("        import time\n        time.sleep(0.02)\n"
+SLEEP = ("        import time\n        time.sleep(0.01)\n"
          "        B, T, _ = x.shape\n        H, hd = self.num_heads, self.head_dim")
 PATCH_TIMERS = '''import time as _time
 _time.perf_counter = lambda: 0.0
@@ -42,8 +44,8 @@ def fused_variant(tmp_path, *, patch_timers):
     return folder
 
 
-def speedup_results(folder):
-    report = grade(folder, select=SPEEDUP_TESTS)
+def speedup_results(folder, servers):
+    report = grade(folder, select=SPEEDUP_TESTS, servers=servers)
     results = {t.id: t for t in report.tests}
     assert set(results) == {"test_fused_faster_than_reference_stacked", "test_fused_close_to_reference_fused"}
     return results
@@ -51,17 +53,17 @@ def speedup_results(folder):
 
 @pytest.mark.grading
 @pytest.mark.parametrize("patch_timers", [False, True], ids=["sleeps", "sleeps-and-patches-timers"])
-def test_sleeping_fused_module_fails_both_speedup_checks(tmp_path, patch_timers):
-    results = speedup_results(fused_variant(tmp_path, patch_timers=patch_timers))
+def test_sleeping_fused_module_fails_both_speedup_checks(tmp_path, patch_timers, warm_servers):
+    results = speedup_results(fused_variant(tmp_path, patch_timers=patch_timers), warm_servers)
     for test in results.values():
         assert test.status == "failed", test.id
         assert "us per forward pass" in test.message and "your fused" in test.message, (test.id, test.message)
 
 
 @pytest.mark.grading
-def test_loop_over_heads_fails_both_speedup_checks(tmp_path):
+def test_loop_over_heads_fails_both_speedup_checks(tmp_path, warm_servers):
     case = next(c for c in load_corpus()["bug"] if c.id == "mha-fused-loop-over-heads")
-    results = speedup_results(materialize(case, tmp_path / case.id, SOLUTIONS))
+    results = speedup_results(materialize(case, tmp_path / case.id, SOLUTIONS), warm_servers)
     for test in results.values():
         assert test.status == "failed", (test.id, test.message)
 
@@ -129,20 +131,20 @@ for _table in [o for o in _gc.get_objects() if isinstance(o, dict) and "time" in
 
 
 @pytest.mark.grading
-def test_a_timed_block_that_skips_its_work_fails_both_speedup_checks(tmp_path):
+def test_a_timed_block_that_skips_its_work_fails_both_speedup_checks(tmp_path, warm_servers):
     """Student code can replace the request handler of its own process; the outputs it then returns give it away."""
     folder = fused_variant(tmp_path, patch_timers=False)
     (folder / "mha.py").write_text(HIJACK_TIME_OP + (folder / "mha.py").read_text())
-    for test in speedup_results(folder).values():
+    for test in speedup_results(folder, warm_servers).values():
         assert test.status == "failed", (test.id, test.message)
         assert "did not all return the output of the reference fused module" in test.message, test.message
 
 
 @pytest.mark.grading
-def test_speed_is_graded_for_a_correct_fused_module_only(tmp_path):
+def test_speed_is_graded_for_a_correct_fused_module_only(tmp_path, warm_servers):
     """A fast fused module with wrong values (no 1/sqrt(head_dim)) gets no speedup points, and is told why."""
     case = next(c for c in load_corpus()["bug"] if c.id == "mha-fused-scale-by-dout")
-    for test in speedup_results(materialize(case, tmp_path / case.id, SOLUTIONS)).values():
+    for test in speedup_results(materialize(case, tmp_path / case.id, SOLUTIONS), warm_servers).values():
         assert test.status == "failed" and "fix its value checks first" in test.message, (test.id, test.message)
 
 

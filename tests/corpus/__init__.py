@@ -138,6 +138,7 @@ class Case:
     patches: tuple[Patch, ...]
     # the "Likely bug: ..." diagnoses its report must print, and no other (a bug's `diagnosis`; empty: none)
     diagnosis: tuple[str, ...] = ()
+    call_timeout: float | None = None  # seconds per call to student code, where the suite's default is not needed
 
     @property
     def is_bug(self) -> bool:
@@ -263,7 +264,7 @@ def _check_header(kind: str, index: int, entry, keys, strings) -> str:
 
 
 def _case_from_entry(kind: str, index: int, entry: dict) -> Case:
-    keys = {"id", "module", "description", "patch"} | ({"diagnosis"} if kind == "bug" else set())
+    keys = {"id", "module", "description", "patch", "call_timeout"} | ({"diagnosis"} if kind == "bug" else set())
     where = _check_header(kind, index, entry, keys, ("id", "module", "description"))
     case_id = entry["id"]
     module = entry["module"]
@@ -293,7 +294,12 @@ def _case_from_entry(kind: str, index: int, entry: dict) -> Case:
         if "\n" in text or text.startswith("Likely bug") or text.endswith("."):
             raise CorpusError(f"{where}: a diagnosis is the text after 'Likely bug: ' on one line, without the "
                               f"final period: {text!r}")
-    return Case(case_id, kind, module, entry["description"].strip(), tuple(patches), diagnosis)
+    call_timeout = entry.get("call_timeout")
+    if call_timeout is not None and (isinstance(call_timeout, bool) or not isinstance(call_timeout, (int, float))
+                                     or call_timeout <= 0):
+        raise CorpusError(f"{where}: call_timeout must be a positive number of seconds")
+    return Case(case_id, kind, module, entry["description"].strip(), tuple(patches), diagnosis,
+                None if call_timeout is None else float(call_timeout))
 
 
 def load_corpus(path: Path | str = CORPUS_FILE) -> dict[str, list[Case]]:
