@@ -165,8 +165,15 @@ class GradeReport:
         return self.status in ("graded", "empty")
 
     def figures(self):
-        """Every figure the formats show, on the scale of 100, rounded once (autograder.scoring)."""
-        return _figures(self.tests)
+        """Every figure the formats show, on the scale of 100, rounded once (autograder.scoring).
+
+        Computed again only when what they depend on changed (each check's module, points, status and
+        message): a format asks for them once per check it shows, and a report has about 45 checks."""
+        key = tuple((t.module, t.points, t.status, t.message) for t in self.tests)
+        cached = self.__dict__.get("_figures_of")
+        if cached is None or cached[0] != key:
+            cached = self.__dict__["_figures_of"] = (key, _figures(self.tests))
+        return cached[1]
 
     @property
     def score(self):
