@@ -20,6 +20,10 @@ from tests.corpus import load_corpus, materialize
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes
 
 
+#: carol's hang is bounded by the call timeout (twice, then her module's checks stop): 2 s, not grade-all's 10
+CALL_TIMEOUT = 2.0
+
+
 @pytest.fixture(scope="module")
 def classroom(tmp_path_factory):
     """A mixed class: correct folder, buggy zip, one that loops forever, one that exits at import, a broken zip,
@@ -39,9 +43,8 @@ def classroom(tmp_path_factory):
     shutil.copytree(TEMPLATE, subs / "frank", ignore=shutil.ignore_patterns("__pycache__", ".*"))  # untouched
     (subs / "gina").mkdir()  # an empty folder
     out = root / "out"
-    # carol's hang is bounded by the call timeout (twice, then the module's checks stop): 2 s, not the default 10
-    result = CliRunner().invoke(cli, ["grade-all", str(subs), "--output", str(out), "--jobs", "2", "--call-timeout", "2"],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(cli, ["grade-all", str(subs), "--output", str(out), "--jobs", "2",
+                                      "--call-timeout", str(CALL_TIMEOUT)], catch_exceptions=False)
     return {"subs": subs, "out": out, "result": result}
 
 
@@ -136,12 +139,13 @@ def test_second_run_skips_what_is_graded_and_force_regrades(classroom, monkeypat
 
     monkeypatch.setattr(batch, "grade", record)
     everyone = ["alice", "bob.zip", "carol", "dave", "erin.zip", "frank", "gina"]
-    again = batch.grade_all(classroom["subs"], classroom["out"])
-    assert attempted == []  # graded and empty rows are kept while their content is the same
+    # the settings of the first run (a row graded under others would be graded again)
+    again = batch.grade_all(classroom["subs"], classroom["out"], call_timeout=CALL_TIMEOUT)
+    assert attempted == []  # graded and empty rows are kept while their content and settings are the same
     assert sorted(again) == everyone
     assert rows(classroom["out"]) == before
     attempted.clear()
-    regraded = batch.grade_all(classroom["subs"], classroom["out"], force=True)
+    regraded = batch.grade_all(classroom["subs"], classroom["out"], force=True, call_timeout=CALL_TIMEOUT)
     assert sorted(attempted) == everyone
     assert all(r.status == "error" and r.total is None for r in regraded.values())  # the patched grade raised
     assert all(r["total"] == "" and r["attention"] == "" for r in rows(classroom["out"]).values())
