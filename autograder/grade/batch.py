@@ -41,7 +41,7 @@ from pathlib import Path
 
 from autograder import MODULES, __version__
 from autograder.files import write_atomic
-from autograder.grade.engine import SubmissionError, WarmServers, grade
+from autograder.grade.engine import LazyServers, SubmissionError, grade
 from autograder.paths import KIT
 from autograder.report.formats import render
 from autograder.report.model import GradeReport, csv_cell, csv_value, safe_line
@@ -357,9 +357,10 @@ def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool =
     same fingerprint (content, kit, limits) are skipped unless `force`;
     those that timed out, could not be graded or changed are graded again.
     `progress(row)` is called after each graded submission. With `warm` (the
-    default), two fork servers import torch once for the whole run
-    (autograder.grade.engine.WarmServers); where they cannot start, each grading
-    starts cold. `options` go to autograder.grade.engine.grade. `planned`: what
+    default), two fork servers import torch once for the whole run, started by
+    its first grading that runs graders (autograder.grade.engine.LazyServers: a
+    run whose submissions are all refused at intake starts none); where they
+    cannot start, each grading starts cold. `options` go to autograder.grade.engine.grade. `planned`: what
     `plan` returned for the same arguments (the CLI asks first, to say it).
 
     A first KeyboardInterrupt (Ctrl-C) starts nothing new and waits for the
@@ -391,11 +392,8 @@ def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool =
         # entered first, left last: when the run is stopped, the servers end their workers before the
         # pool waits for its threads
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=jobs))
-        if warm and todo:
-            try:
-                options["servers"] = stack.enter_context(WarmServers(python=options.get("python")))
-            except (OSError, RuntimeError):
-                pass  # cold gradings: slower, same results
+        if warm and todo:  # started by the first grading that runs graders; cold where they cannot start
+            options["servers"] = stack.enter_context(LazyServers(python=options.get("python")))
         futures = [pool.submit(grade_one, i, p, out, timeout, call_timeout, stopped=stopped, **options)
                    for i, p in todo]
         try:

@@ -210,6 +210,53 @@ class WarmServers:
         self.close()
 
 
+class LazyServers:
+    """WarmServers started by the first grading that runs graders, from whichever thread it runs in: a class
+    run (or a shard of one) whose submissions are all refused at intake starts no server at all.
+
+    Passed as `grade(..., servers=...)`: its truth value starts the servers when they are not running yet and
+    says whether they run; False (the gradings go cold, slower, same results) where they cannot start, or
+    once closed. `grader` and `zygote` are those of the running servers.
+    """
+
+    def __init__(self, python=None):
+        self._python = python
+        self._servers = None
+        self._state = "waiting"  # "running", "unavailable" (they could not start) or "closed"
+        self._lock = threading.Lock()
+
+    def __bool__(self):
+        with self._lock:
+            if self._state == "waiting":
+                try:
+                    self._servers = WarmServers(python=self._python)
+                    self._state = "running"
+                except (OSError, RuntimeError):
+                    self._state = "unavailable"
+            return self._state == "running"
+
+    @property
+    def grader(self):
+        return self._servers.grader
+
+    @property
+    def zygote(self):
+        return self._servers.zygote
+
+    def close(self):
+        with self._lock:
+            self._state = "closed"
+            servers, self._servers = self._servers, None
+        if servers is not None:
+            servers.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 #: What the warm grader server imports once, so that no grading pays for it: torch, the pytest plugin, the
 #: checks and diagnoses, the graders' helpers, the timing and the reference solution.
 GRADER_PRELOAD = ("torch", "autograder.grade.plugin", "autograder.grade.checks", "autograder.grade.diagnose",
@@ -334,7 +381,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
                 "--limits", json.dumps(limits.to_dict()), "--isolation", level, "--student-python", python]
         # why a module is missing, and the original submission (hidden from student code like its copy)
         args += ["--intake", json.dumps({"missing": got.missing, "source": str(Path(path).resolve())})]
-        if servers is not None:
+        if servers:  # (LazyServers start here: after intake, which may refuse the submission before any process)
             args += ["--zygote", servers.zygote.address]
         if batchlock.folder() is not None:  # a class run: explicit, as servers may predate it
             args += ["--batch-dir", str(batchlock.folder())]
