@@ -280,3 +280,28 @@ def test_content_digest_sees_file_contents_and_never_follows_links(tmp_path):
     linked = batch.content_digest(sub)
     secret.write_text("s = 2\n")
     assert batch.content_digest(sub) == linked, "expected a link to count by its target's name, not its content"
+
+
+def test_warm_servers_start_at_the_first_grading_that_needs_them_and_never_for_stray_files(tmp_path, monkeypatch):
+    """A class (or a shard of one) of entries refused at intake starts no server; one submission starts them once."""
+    from autograder.grade import engine
+
+    started = []
+
+    class Counted(engine.WarmServers):
+        def __init__(self, *args, **kwargs):
+            started.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "WarmServers", Counted)
+    subs, out = tmp_path / "class", tmp_path / "out"
+    subs.mkdir()
+    (subs / "notes.md").write_text("not a submission\n")
+    (subs / "broken.zip").write_bytes(b"not a zip at all")
+    first = batch.grade_all(subs, out, jobs=2)
+    assert {r.status for r in first.values()} == {"empty"} and started == [], (first, started)
+    shutil.copytree(SOLUTIONS, subs / "alice", ignore=shutil.ignore_patterns("__init__.py", "__pycache__"))
+    shutil.copytree(SOLUTIONS, subs / "bob", ignore=shutil.ignore_patterns("__init__.py", "__pycache__"))
+    second = batch.grade_all(subs, out, jobs=2)
+    assert len(started) == 1, f"expected one pair of servers for the two gradings, got {len(started)}"
+    assert second["alice"].total == second["bob"].total == 100, (second["alice"], second["bob"])
