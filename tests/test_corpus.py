@@ -15,7 +15,7 @@ from autograder.graders.common import params_of, random_mask, randn
 from solutions import attention as ref_attention
 from solutions import mha as ref_mha
 from tests.conftest import SOLUTIONS
-from tests.corpus import load_corpus, materialize
+from tests.corpus import CorpusError, load_corpus, materialize
 
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes
 
@@ -67,6 +67,34 @@ def test_correct_alternative_style_scores_100(case, tmp_path, warm_servers):
 def test_corpus_covers_the_required_bugs():
     assert len(CORPUS["bug"]) >= 20
     assert {c.module for c in CORPUS["bug"]} == {"attention", "heads", "masks", "mha", "positional"}
+
+
+HANG = """[[hostile]]
+id = "hangs"
+module = "masks"
+description = "loops"
+{extra}
+[[hostile.patch]]
+file = "masks.py"
+find = "x"
+replace = "y"
+"""
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "true", '"2"'])
+def test_a_call_timeout_that_is_not_a_positive_number_is_a_corpus_error(tmp_path, value):
+    path = tmp_path / "submissions.toml"
+    path.write_text(HANG.format(extra=f"call_timeout = {value}"))
+    with pytest.raises(CorpusError, match="call_timeout must be a positive number of seconds"):
+        load_corpus(path)
+
+
+def test_a_case_without_call_timeout_gets_the_suites_default_and_one_with_it_its_own(tmp_path):
+    path = tmp_path / "submissions.toml"
+    path.write_text(HANG.format(extra=""))
+    assert load_corpus(path)["hostile"][0].call_timeout is None
+    path.write_text(HANG.format(extra="call_timeout = 2"))
+    assert load_corpus(path)["hostile"][0].call_timeout == 2.0
 
 
 MODULE_CASES = [  # the graders' modules and inputs (autograder/graders/test_mha.py)

@@ -263,6 +263,19 @@ def _check_header(kind: str, index: int, entry, keys, strings) -> str:
     return where
 
 
+def _call_timeout(entry: dict, where: str, below: float | None = None) -> float | None:
+    """A case's `call_timeout` (seconds per call to student code), or None when it gives none: a number over 0,
+    and under `below` (the case's max_seconds) when given."""
+    value = entry.get("call_timeout")
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0 \
+            or (below is not None and value >= below):
+        raise CorpusError(f"{where}: call_timeout must be a number of seconds in (0, max_seconds)" if below is not None
+                          else f"{where}: call_timeout must be a positive number of seconds")
+    return float(value)
+
+
 def _case_from_entry(kind: str, index: int, entry: dict) -> Case:
     keys = {"id", "module", "description", "patch", "call_timeout"} | ({"diagnosis"} if kind == "bug" else set())
     where = _check_header(kind, index, entry, keys, ("id", "module", "description"))
@@ -294,12 +307,8 @@ def _case_from_entry(kind: str, index: int, entry: dict) -> Case:
         if "\n" in text or text.startswith("Likely bug") or text.endswith("."):
             raise CorpusError(f"{where}: a diagnosis is the text after 'Likely bug: ' on one line, without the "
                               f"final period: {text!r}")
-    call_timeout = entry.get("call_timeout")
-    if call_timeout is not None and (isinstance(call_timeout, bool) or not isinstance(call_timeout, (int, float))
-                                     or call_timeout <= 0):
-        raise CorpusError(f"{where}: call_timeout must be a positive number of seconds")
     return Case(case_id, kind, module, entry["description"].strip(), tuple(patches), diagnosis,
-                None if call_timeout is None else float(call_timeout))
+                _call_timeout(entry, where))
 
 
 def load_corpus(path: Path | str = CORPUS_FILE) -> dict[str, list[Case]]:
@@ -436,10 +445,7 @@ def _attack_from_entry(index: int, entry: dict) -> AttackCase:
     max_seconds = entry.get("max_seconds", 60)
     if not isinstance(max_seconds, (int, float)) or isinstance(max_seconds, bool) or not 0 < max_seconds <= 600:
         raise CorpusError(f"{where}: max_seconds must be a number of seconds in (0, 600]")
-    call_timeout = entry.get("call_timeout")
-    if call_timeout is not None and (not isinstance(call_timeout, (int, float)) or isinstance(call_timeout, bool)
-                                     or not 0 < call_timeout < max_seconds):
-        raise CorpusError(f"{where}: call_timeout must be a number of seconds in (0, max_seconds)")
+    call_timeout = _call_timeout(entry, where, below=max_seconds)
     scenario = entry.get("scenario", "single")
     if scenario not in SCENARIOS:
         raise CorpusError(f"{where}: scenario {scenario!r} is not one of {SCENARIOS}")
@@ -483,7 +489,7 @@ def _attack_from_entry(index: int, entry: dict) -> AttackCase:
                           "files_under, or the class scenario")
     return AttackCase(case_id, entry["attack"], module, entry["description"].strip(), tuple(patches), tuple(files),
                       needs, passes, fails, float(max_seconds),
-                      None if call_timeout is None else float(call_timeout), entry.get("probe", ""), scenario,
+                      call_timeout, entry.get("probe", ""), scenario,
                       entry.get("known_vulnerability", "").strip(), links=links, form=form, zip_entries=zip_entries,
                       pad_to=pad_to, refused=refused, notebook=notebook, files_under=files_under,
                       extra_files=extra_files, submission_id=submission_id, neighbour_frozen=neighbour_frozen)
