@@ -376,7 +376,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
         report.notes = list(got.notes.values())
         results_file = Path(tmp) / "results.json"
         args = [str(GRADERS), "-c", str(GRADERS / "pytest.ini"), "--rootdir", str(GRADERS),
-                "-p", "autograder.grade.plugin", "-q", "--no-header", "--submission", str(folder.resolve()),
+                "-p", "autograder.grade.plugin", "-q", "--no-header", "--tb=no", "--submission", str(folder.resolve()),
                 "--results-file", str(results_file), "--call-timeout", str(call_timeout),
                 "--limits", json.dumps(limits.to_dict()), "--isolation", level, "--student-python", python]
         # why a module is missing, and the original submission (hidden from student code like its copy)

@@ -21,7 +21,7 @@ import pytest
 
 from autograder import LEVELS
 from autograder.files import write_signed
-from autograder.grade import checks
+from autograder.grade import checks, lazy_dynamo
 from autograder.report.model import TestResult
 from autograder.sandbox import batchlock
 from autograder.sandbox.client import Sandbox
@@ -30,6 +30,8 @@ from autograder.sandbox.limits import Limits
 
 _SANDBOX = pytest.StashKey[Sandbox]()
 _RESULTS = pytest.StashKey[list]()
+lazy_dynamo.install()  # before the graders' first meta-device op (autograder/grade/lazy_dynamo.py)
+
 GRADER_ERROR = "internal grader error (not your fault: please tell your instructor)"
 
 
