@@ -169,6 +169,7 @@ LAYERS = [
       "autograder.report.formats"}),
     ("grading: the hidden graders, their checks and plugin, the engine, the speedup measurement, a class",
      {"autograder.grade", "autograder.grade.checks", "autograder.grade.diagnose", "autograder.grade.plugin",
+      "autograder.grade.lazy_dynamo",
       "autograder.grade.engine", "autograder.grade.timing", "autograder.grade.bench", "autograder.grade.batch",
       "autograder.grade.shards",
       "autograder.graders", "autograder.graders.common", "autograder.graders.blame",
