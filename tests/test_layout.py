@@ -297,3 +297,12 @@ def test_the_readmes_layout_table_names_every_folder_and_module():
     gone = sorted(n for n in named if n.endswith((".py", "/")) and len(n) > 3
                   and not any(p == n or p.endswith("/" + n) for p in paths))
     assert not gone, f"expected every path of the README's layout table to exist, found gone {gone}"
+
+
+def test_the_grader_plugin_imports_no_torch_so_the_student_process_starts_first():
+    """A cold grading imports torch twice, in parallel: the plugin starts the student process when pytest is
+    configured, and the grader imports torch after that, while it collects the graders (a plugin that imported
+    torch at its top made the two imports one after the other: ~1 s more per grading)."""
+    proc = subprocess.run([sys.executable, "-c", "import sys, autograder.grade.plugin; print('torch' in sys.modules)"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "False", f"expected no torch imported by the plugin's imports: {proc.stdout}{proc.stderr}"

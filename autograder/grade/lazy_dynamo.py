@@ -17,8 +17,6 @@ from __future__ import annotations
 import importlib
 import sys
 
-import torch
-
 
 class LazyDynamo(type(sys)):
     """Stands in for torch._dynamo until something other than `disable` is asked of it."""
@@ -28,6 +26,8 @@ class LazyDynamo(type(sys)):
         return fn
 
     def __getattr__(self, name):
+        import torch
+
         sys.modules.pop("torch._dynamo", None)
         torch.__dict__.pop("_dynamo", None)
         return getattr(importlib.import_module("torch._dynamo"), name)
@@ -35,5 +35,7 @@ class LazyDynamo(type(sys)):
 
 def install():
     """Put the stand-in in place, unless torch._dynamo is imported already (then nothing is left to save)."""
+    import torch  # here: the grader starts its student process before it imports torch
+
     if "torch._dynamo" not in sys.modules:
         torch._dynamo = sys.modules["torch._dynamo"] = LazyDynamo("torch._dynamo")

@@ -2,7 +2,8 @@
 
 Loaded with `-p autograder.grade.plugin` by the engine's runner. It starts the
 student sandbox as soon as pytest is configured (so that the child imports
-torch while the graders are collected), gives the graders the `student`
+torch while the graders are collected: nothing this module imports at its top
+imports torch), gives the graders the `student`
 fixture, records every test with its points, module and aspect, and writes
 the results as JSON for the engine.
 """
@@ -21,7 +22,7 @@ import pytest
 
 from autograder import LEVELS
 from autograder.files import write_signed
-from autograder.grade import checks, lazy_dynamo
+from autograder.grade import lazy_dynamo
 from autograder.report.model import TestResult
 from autograder.sandbox import batchlock
 from autograder.sandbox.client import Sandbox
@@ -30,8 +31,6 @@ from autograder.sandbox.limits import Limits
 
 _SANDBOX = pytest.StashKey[Sandbox]()
 _RESULTS = pytest.StashKey[list]()
-lazy_dynamo.install()  # before the graders' first meta-device op (autograder/grade/lazy_dynamo.py)
-
 GRADER_ERROR = "internal grader error (not your fault: please tell your instructor)"
 
 
@@ -80,6 +79,7 @@ def pytest_configure(config):
                           python=config.getoption("student_python"), intake=json.loads(config.getoption("intake")))
         sandbox.start()
         config.stash[_SANDBOX] = sandbox
+    lazy_dynamo.install()  # before the graders' first meta-device op (autograder/grade/lazy_dynamo.py)
 
 
 def pytest_collection_finish(session):
@@ -152,6 +152,8 @@ def pytest_runtest_makereport(item, call):
             duration=round(report.duration, 4),
             data={k: v for k, v in report.user_properties},
         )
+        from autograder.grade import checks  # here, not at the top: see the module's docstring
+
         notes = checks.take_notes()
         if report.passed:
             result.message = notes  # e.g. "right given its parts" (autograder/graders/blame.py)
