@@ -1,5 +1,5 @@
 """The grader process runs the reference on the meta device without importing torch._dynamo
-(autograder/grade/lazy_dynamo.py, installed by the plugin): ~1.3 s of CPU per grading whose student code
+(autograder/sandbox/lazy_dynamo.py, installed by the plugin): ~1.3 s of CPU per grading whose student code
 raised there."""
 import json
 import subprocess

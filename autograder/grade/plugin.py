@@ -22,9 +22,8 @@ import pytest
 
 from autograder import LEVELS
 from autograder.files import write_signed
-from autograder.grade import lazy_dynamo
 from autograder.report.model import TestResult
-from autograder.sandbox import batchlock
+from autograder.sandbox import batchlock, lazy_dynamo
 from autograder.sandbox.client import Sandbox
 from autograder.sandbox.errors import GraderUnavailable, StudentError
 from autograder.sandbox.limits import Limits
@@ -79,7 +78,7 @@ def pytest_configure(config):
                           python=config.getoption("student_python"), intake=json.loads(config.getoption("intake")))
         sandbox.start()
         config.stash[_SANDBOX] = sandbox
-    lazy_dynamo.install()  # before the graders' first meta-device op (autograder/grade/lazy_dynamo.py)
+    lazy_dynamo.install()  # before the graders' first meta-device op (autograder/sandbox/lazy_dynamo.py)
 
 
 def pytest_collection_finish(session):

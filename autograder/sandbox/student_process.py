@@ -3,7 +3,7 @@
 It runs either as `python -I student_process.py CONFIG` or as a fork of the warm
 student zygote (autograder/sandbox/forkserver.py), with the protocol pipes on fds 0
 and 1. It is self-contained on purpose (stdlib and torch only, and the
-stdlib-only autograder/sandbox/landlock.py, loaded by path): the trusted grader never
+stdlib-only autograder/sandbox/landlock.py, wire.py and lazy_dynamo.py, loaded by path): the trusted grader never
 imports student code, it sends requests here and compares what comes back
 itself.
 
@@ -310,6 +310,7 @@ def _sibling(name):
 
 _landlock = None
 _wire = _sibling("wire")  # the answers' format, loaded now: once confined, the kit may be out of sight
+_lazy_dynamo = _sibling("lazy_dynamo")  # the same: torch._dynamo imported only if student code really uses it
 
 
 def _confine_landlock(config):
@@ -540,28 +541,7 @@ _Tensor = torch.Tensor
 _Parameter = nn.Parameter
 
 
-class _LazyDynamo(type(sys)):
-    """Stands in for torch._dynamo until something really needs it.
-
-    The first meta-device op runs Python meta functions wrapped in
-    `torch._compile._disable_dynamo`, whose first call imports torch._dynamo
-    (about 2 s of CPU) only to mark them "not traced by torch.compile". Here
-    that mark is a no-op; any other use of torch._dynamo (torch.compile, for
-    one) imports the real module on first access.
-    """
-
-    @staticmethod
-    def disable(fn=None, recursive=True, wrapping=True, reason=None):
-        return fn
-
-    def __getattr__(self, name):
-        sys.modules.pop("torch._dynamo", None)
-        torch.__dict__.pop("_dynamo", None)
-        return getattr(importlib.import_module("torch._dynamo"), name)
-
-
-if "torch._dynamo" not in sys.modules:
-    torch._dynamo = sys.modules["torch._dynamo"] = _LazyDynamo("torch._dynamo")
+_lazy_dynamo.install()  # the first meta-device op imports no torch._dynamo (autograder/sandbox/lazy_dynamo.py)
 
 
 def _warm_up():

@@ -1,16 +1,17 @@
-"""torch._dynamo in the trusted grader process: imported only if something really uses it.
+"""torch._dynamo imported only if something really uses it: in the student process and in the grader.
 
-The graders run the reference on the meta device when a student's code
-raised there (autograder/grade/diagnose.py names the mistake that raises the
-same error). torch's first meta-device op runs Python meta functions wrapped
-in `torch._compile._disable_dynamo`, whose first call imports torch._dynamo
+torch's first meta-device op runs Python meta functions wrapped in
+`torch._compile._disable_dynamo`, whose first call imports torch._dynamo
 (about 1.3 s of CPU, 70 MiB) only to mark them "not traced by
-torch.compile". Nothing in the grader compiles, so here that mark is a
-no-op; any other use of torch._dynamo imports the real module on first
-access.
+torch.compile". Both sides run meta-device ops: the student process for the
+device checks, the grader for its diagnoses (autograder/grade/diagnose.py
+runs the reference there when a student's code raised on it). Neither
+compiles, so here that mark is a no-op; any other use of torch._dynamo
+(torch.compile, for one) imports the real module on first access.
 
-The student process has its own copy of this stand-in
-(autograder/sandbox/student_process.py, which loads nothing of the kit).
+Stdlib only at import (torch is imported by `install`, after the caller's
+own import of it): the student process loads this file by path, before it
+confines itself, as it does wire.py and landlock.py.
 """
 from __future__ import annotations
 
