@@ -85,7 +85,14 @@ def buggy_score():
     return report.score
 
 
-def as_user(user, cmd):
+#: As root, the uid of the test that holds 200 threads of the grading user: not SPARE_UID, under which the corpus
+#: runs at the same time on the other worker. RLIMIT_NPROC counts a uid's tasks machine-wide: a student process sets
+#: its limit at what its uid runs plus its allowance, and 200 threads started by another test right after that
+#: (while a cold student process imports torch) left it none: "can't start new thread", once, in a full run.
+HOLDER_UID = 65533
+
+
+def as_user(user, cmd, uid=SPARE_UID):
     if user == "root":
         if not ROOT_USER:
             pytest.skip("the tests run as a normal user: no root environment to try")
@@ -93,24 +100,24 @@ def as_user(user, cmd):
     if ROOT_USER:
         if not HAS_SETPRIV:
             pytest.skip("running as root without setpriv: cannot drop to an unprivileged uid")
-        return ["setpriv", f"--reuid={SPARE_UID}", f"--regid={SPARE_UID}", "--clear-groups", *cmd]
+        return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *cmd]
     return cmd  # already an unprivileged user
 
 
-def run_cli(place, user, args, env=None, home=None):
+def run_cli(place, user, args, env=None, home=None, uid=SPARE_UID):
     home = home or Path(tempfile.mkdtemp(prefix="mha-home-", dir=place.top))
     home.chmod(0o777)
     base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8"}
-    cmd = as_user(user, [str(place.python), "grader_cli.py", *args])
+    cmd = as_user(user, [str(place.python), "grader_cli.py", *args], uid)
     return subprocess.run(cmd, cwd=place.kit, env={**base, **(env or {})}, capture_output=True, text=True,
                           timeout=900)  # a guard against a hang, never a measure
 
 
-def grade_class(place, user, level, env=None):
+def grade_class(place, user, level, env=None, uid=SPARE_UID):
     out = Path(tempfile.mkdtemp(prefix="mha-out-", dir=place.top))
     out.chmod(0o777)
     proc = run_cli(place, user, ["grade-all", str(place.klass), "-o", str(out), "--jobs", "2", "--isolation", level],
-                   env=env)
+                   env=env, uid=uid)
     book = out / "gradebook.csv"
     rows = {r["id"]: r for r in csv.DictReader(book.open(encoding="utf-8"))} if book.exists() else {}
     return proc, rows
@@ -150,12 +157,12 @@ def test_200_threads_of_the_grading_user_leave_the_process_limit_to_the_student(
                                                "import threading, time\n"
                                                "for _ in range(200):\n"
                                                "    threading.Thread(target=time.sleep, args=(900,), daemon=True).start()\n"
-                                               "print('ready', flush=True)\ntime.sleep(900)"]),
+                                               "print('ready', flush=True)\ntime.sleep(900)"], HOLDER_UID),
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "ready"
         for level in ("none", "auto"):
-            proc, rows = grade_class(place, "user", level)
+            proc, rows = grade_class(place, "user", level, uid=HOLDER_UID)
             assert proc.returncode == 0, proc.stderr[-3000:]
             got = {sub: (r["status"], r["total"], r["error"]) for sub, r in rows.items()}
             assert got["reference"][:2] == ("graded", "100") and float(got["buggy"][1]) == buggy_score, (
