@@ -400,6 +400,40 @@ def test_without_namespaces_a_guard_stops_student_code_that_fills_the_disk(tmp_p
     assert files.tolist() == [0, 0], "the next student process did not start with a fresh copy and an empty home"
 
 
+def test_space_freed_by_others_does_not_hide_what_the_student_wrote(tmp_path):
+    """Another writer deletes 64 MiB while the student writes 5 MiB over its 4 MiB cap, between two looks: the
+    filesystem has more free space than before, and the guard still counts its folders and ends the student.
+    (A guard that counted only after a drop in free space missed it for as long as nobody took more, and once
+    made test_the_disk_guard_counts_only_its_own_folders below fail while other tests freed space.)"""
+    from autograder.sandbox.diskguard import DiskGuard
+
+    inside, outside = tmp_path / "student", tmp_path / "others"
+    inside.mkdir()
+    outside.mkdir()
+    _write_synced(outside / "big.bin", 64)
+    fired = []
+    guard = DiskGuard([inside], 4 << 20, 100, fired.append, poll=1.0).start()
+    try:
+        time.sleep(0.1)  # the guard has its base: the 64 MiB are taken
+        (outside / "big.bin").unlink()
+        _write_synced(inside / "much.bin", 5)
+        os.sync()
+        for _ in range(100):
+            if fired:
+                break
+            time.sleep(0.05)
+        assert fired and fired[0] == "5 MiB", f"expected the guard to end the student at 5 MiB, got {fired}"
+    finally:
+        guard.stop()
+
+
+def _write_synced(path, mib):
+    with open(path, "wb") as fh:
+        fh.write(os.urandom(mib << 20))
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
 def test_the_disk_guard_counts_only_its_own_folders(tmp_path):
     """Space others take on the same filesystem wakes the guard (statvfs) but is not charged to the student:
     only what its folders hold is."""

@@ -9,8 +9,9 @@ and its home) are folders on the host's disk, and the output limit
 This guard is a thread of the trusted process. Every POLL seconds it asks the
 filesystem how much space and how many inodes are free (`statvfs`, a few
 microseconds); only when either has dropped by more than what the student may
-still write does it count the writable folders (a bounded walk that follows
-no link). When they hold more than the cap, it calls `exceeded`, which ends
+still write, or risen (someone freed space, which would hide what the student
+wrote meanwhile), does it count the writable folders (a bounded walk that
+follows no link). When they hold more than the cap, it calls `exceeded`, which ends
 the student's process tree. So the disk holds the cap plus what the tree
 writes between two looks (POLL seconds apart, more on a busy machine), and
 the grader reads nothing the student could make large: at most
@@ -94,14 +95,17 @@ class DiskGuard:
             room = (self.max_bytes - used, self.max_files - entries)  # what may still be written
             while not self._stop.wait(self.poll):
                 free = self._free()
-                if base[0] - free[0] <= room[0] and base[1] - free[1] <= room[1]:
-                    continue
+                if (free[0] <= base[0] and free[1] <= base[1]
+                        and base[0] - free[0] <= room[0] and base[1] - free[1] <= room[1]):
+                    continue  # nothing freed, and no more taken than the student may still write
+                # Counted when more was taken than the student may write, and when anyone freed space: a drop
+                # measured from a base that others' deletions raised would hide what the student wrote.
                 why = self._over()
                 if why is not None and not self._stop.is_set():
                     self.why = why
                     self.exceeded(why)
                     return
-                used, entries, _ = usage(self.folders, self.max_files)  # others wrote: measure from here
+                used, entries, _ = usage(self.folders, self.max_files)  # others wrote or freed: from here
                 base, room = free, (self.max_bytes - used, self.max_files - entries)
         except OSError:
             return  # the folders are gone: the sandbox is being cleaned up
