@@ -439,20 +439,16 @@ def _vm_size():
 def _apply_limits(limits):
     """Resource limits of this process and everything it starts; hitting one ends only student code.
 
-    RLIMIT_NPROC counts every process and thread of the real uid (in its user namespace), so the limit is
-    set at what that uid already runs plus the student's allowance: however many threads the grading user
-    has, student code may start `processes` more, and no other.
+    The process limit is set later, just before the handshake (`_apply_process_limit`).
     """
     _step("setrlimit")
     memory = limits.get("memory_bytes")
     if memory is not None and memory < _vm_size() + (64 << 20):  # Python (and torch, in a zygote) and some room
         raise SetupFailed(f"the memory limit ({memory / (1 << 20):g} MiB) is too small: this process already "
                           f"uses {_vm_size() / (1 << 20):.0f} MiB of address space before any student code")
-    processes = limits.get("processes")
     pairs = {
         resource.RLIMIT_CPU: limits.get("cpu_seconds"),
         resource.RLIMIT_AS: limits.get("memory_bytes"),
-        resource.RLIMIT_NPROC: None if processes is None else _tasks_of(os.getuid()) + int(processes),
         resource.RLIMIT_FSIZE: limits.get("output_bytes"),
         resource.RLIMIT_CORE: 0,
         resource.RLIMIT_NOFILE: min(OPEN_FILES, resource.getrlimit(resource.RLIMIT_NOFILE)[1]),
@@ -461,6 +457,25 @@ def _apply_limits(limits):
         if value is not None:
             resource.setrlimit(which, (int(value), int(value) + (5 if which == resource.RLIMIT_CPU else 0)))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # too much output: the write fails with EFBIG instead
+
+
+def _apply_process_limit(limits):
+    """RLIMIT_NPROC, set just before the handshake, after this process's own imports and threads.
+
+    It counts every process and thread of the real uid (in its user namespace), so the limit is set at what
+    that uid runs now plus the student's allowance: however many threads the grading user has, student code
+    may start `processes` more, and no other. Set as late as it can be (still before any student code), so that
+    what the same uid starts meanwhile (another grading, another program of the user's) cannot use up the
+    allowance first: set before a cold process imported torch, it once left that process no thread to start.
+    """
+    processes = limits.get("processes")
+    if processes is None:
+        return
+    try:
+        value = _tasks_of(os.getuid()) + int(processes)
+        resource.setrlimit(resource.RLIMIT_NPROC, (value, value))
+    except (OSError, ValueError) as exc:
+        _fail(f"the process limit could not be set (as uid {os.getuid()}): {exc}")
 
 
 def _check_python_readable():
@@ -792,13 +807,14 @@ def forked(request, fds):
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    main(_enter(request), warm=False)
+    main(_enter(request), request.get("limits", {}), warm=False)
 
 
-def main(isolation, warm=True):
+def main(isolation, limits, warm=True):
     sys.path.insert(0, _SUBMISSION)  # from here on, imports may find student files
     if warm:
         _warming.start()
+    _apply_process_limit(limits)
     _handshake(ready=True, pid=os.getpid(), isolation=isolation)
     while True:
         req = _recv()
@@ -814,4 +830,4 @@ def main(isolation, warm=True):
 
 
 if __name__ == "__main__":
-    main(_ISOLATION)
+    main(_ISOLATION, _CONFIG.get("limits", {}))
