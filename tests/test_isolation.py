@@ -418,20 +418,26 @@ def test_space_freed_by_others_does_not_hide_what_the_student_wrote(tmp_path):
         (outside / "big.bin").unlink()
         _write_synced(inside / "much.bin", 5)
         os.sync()
-        for _ in range(100):
-            if fired:
-                break
-            time.sleep(0.05)
+        _wait_until(lambda: fired, seconds=5)
         assert fired and fired[0] == "5 MiB", f"expected the guard to end the student at 5 MiB, got {fired}"
     finally:
         guard.stop()
 
 
 def _write_synced(path, mib):
+    """`mib` MiB of random bytes at `path`, on the disk (statvfs sees them) when this returns."""
     with open(path, "wb") as fh:
         fh.write(os.urandom(mib << 20))
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _wait_until(done, seconds):
+    """Poll `done()` every 50 ms until it is true or `seconds` have passed (a guard against a hang)."""
+    for _ in range(int(seconds / 0.05)):
+        if done():
+            return
+        time.sleep(0.05)
 
 
 def test_the_disk_guard_counts_only_its_own_folders(tmp_path):
@@ -442,27 +448,17 @@ def test_the_disk_guard_counts_only_its_own_folders(tmp_path):
     inside, outside = tmp_path / "student", tmp_path / "others"
     inside.mkdir()
     outside.mkdir()
-
-    def write(path, mib):
-        with open(path, "wb") as fh:
-            fh.write(os.urandom(mib << 20))
-            fh.flush()
-            os.fsync(fh.fileno())
-
     fired = []
     guard = DiskGuard([inside], 4 << 20, 100, fired.append, poll=0.01).start()
     try:
-        write(outside / "big.bin", 16)
+        _write_synced(outside / "big.bin", 16)
         time.sleep(0.5)
         assert not fired, f"the guard charged another writer's files to the student: {fired}"
-        write(inside / "small.bin", 2)
+        _write_synced(inside / "small.bin", 2)
         time.sleep(0.2)
         assert not fired, f"2 MiB of a 4 MiB cap: {fired}"
-        write(inside / "more.bin", 3)
-        for _ in range(600):
-            if fired:
-                break
-            time.sleep(0.05)
+        _write_synced(inside / "more.bin", 3)
+        _wait_until(lambda: fired, seconds=30)
         assert fired and fired[0] == "5 MiB", fired
     finally:
         guard.stop()
