@@ -172,6 +172,51 @@ def test_warm_servers_leave_no_temporary_folder(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == [], f"left behind: {os.listdir(tmp_path)}"
 
 
+def test_the_two_servers_start_side_by_side(monkeypatch):
+    """Each server imports torch: the zygote is started before the grader server is waited for, so a class run
+    (and nbgrader-sync) waits for one import of torch, not two in a row."""
+    from autograder.grade.engine import WarmServers
+    from autograder.sandbox import forkserver
+
+    events = []
+
+    class Recorded(forkserver.Server):
+        def __init__(self, kind, **kwargs):
+            super().__init__(kind, **kwargs)
+            events.append(f"{kind} started")
+
+        def wait_ready(self):
+            super().wait_ready()
+            events.append(f"{self._kind} ready")
+
+    monkeypatch.setattr(forkserver, "Server", Recorded)
+    with WarmServers():
+        pass
+    assert events == ["grader started", "student started", "grader ready", "student ready"], events
+
+
+def test_servers_that_cannot_start_leave_no_process_and_no_folder(tmp_path, monkeypatch):
+    """The zygote's interpreter exits at once: WarmServers raises, and the grader server started beside it is
+    stopped, its folder and the zygote's home removed (a class run then grades cold: LazyServers)."""
+    from autograder.grade.engine import WarmServers
+    from autograder.sandbox import forkserver
+
+    servers = []
+
+    class Kept(forkserver.Server):
+        def __init__(self, kind, **kwargs):
+            super().__init__(kind, **kwargs)
+            servers.append(self)
+
+    monkeypatch.setattr(forkserver, "Server", Kept)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(RuntimeError, match="the student fork server did not start"):
+        WarmServers(python="/bin/false")
+    assert [s._kind for s in servers] == ["grader", "student"], "expected both servers to have been started"
+    assert all(s._proc is None for s in servers), "expected every server process stopped and reaped"
+    assert os.listdir(tmp_path) == [], f"left behind: {os.listdir(tmp_path)}"
+
+
 def test_gradebook_is_replaced_atomically(tmp_path):
     batch.write_gradebook(tmp_path, {"a": batch.Row("a", 50, {m: 1 for m in MODULES}, "graded", 1.0)})
     assert [p.name for p in tmp_path.iterdir()] == ["gradebook.csv"]  # no temporary file left behind

@@ -188,15 +188,21 @@ class WarmServers:
 
     def __init__(self, python=None):
         from autograder.sandbox.forkserver import Server
-        self.grader = Server("grader", env=grader_env(), preload=GRADER_PRELOAD)
         self._home = tempfile.mkdtemp(prefix="mha-zygote-home-")  # the student processes' HOME: removed at close
+        started = []
         try:
-            self.zygote = Server("student", env=student_env(self._home), isolated=True,
-                                 python=python or sys.executable)
+            # side by side: each imports torch, so on two cores the pair is ready in the time of one import
+            started.append(Server("grader", env=grader_env(), preload=GRADER_PRELOAD, wait=False))
+            started.append(Server("student", env=student_env(self._home), isolated=True,
+                                  python=python or sys.executable, wait=False))
+            for server in started:
+                server.wait_ready()
         except BaseException:
-            self.grader.close()
+            for server in started:
+                server.close()
             shutil.rmtree(self._home, ignore_errors=True)
             raise
+        self.grader, self.zygote = started
 
     def close(self):
         self.grader.close()

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
-from autograder.grade.engine import grade
+from autograder.grade.engine import LazyServers, grade
 from autograder.release import ASSIGNMENT, NOTEBOOKS, nbgrader_env
 from autograder.scoring import fmt
 
@@ -111,7 +112,10 @@ def sync_course(course: Path, assignment: str = ASSIGNMENT, students=None, *, ov
     has no submission or notebook, or the grader cannot run student code
     here. Scores set by hand are kept unless `overwrite_manual` (Synced.kept).
     A grading that did not complete writes nothing (Synced.status).
-    `grade_options` go to autograder.grade.engine.grade.
+    `grade_options` go to autograder.grade.engine.grade. Unless they name
+    `servers`, the gradings share two fork servers that import torch once
+    (autograder.grade.engine.LazyServers, as `grade-all` does), started by
+    the first grading that runs graders; cold gradings where they cannot start.
     """
     from nbgrader.api import Gradebook, MissingEntry
 
@@ -124,7 +128,10 @@ def sync_course(course: Path, assignment: str = ASSIGNMENT, students=None, *, ov
     if not db.is_file():
         raise SyncError(f"{db} does not exist: run `nbgrader generate_assignment` and `nbgrader autograde` first")
     results = []
-    with Gradebook(f"sqlite:///{db}") as gb:
+    with ExitStack() as stack:
+        gb = stack.enter_context(Gradebook(f"sqlite:///{db}"))
+        if "servers" not in grade_options:
+            grade_options["servers"] = stack.enter_context(LazyServers(python=grade_options.get("python")))
         known = sorted(a.name for a in gb.assignments)
         if assignment not in known:
             raise SyncError(f"the gradebook has no assignment {assignment!r}; it knows: "

@@ -179,8 +179,12 @@ class Worker:
 class Server:
     """A running fork server, owned by this process (a context manager)."""
 
-    def __init__(self, kind, *, python=sys.executable, env=None, isolated=False, start_timeout=120.0, preload=()):
-        """`preload`: for a grader server, the modules it imports once (by name, from the kit's root)."""
+    def __init__(self, kind, *, python=sys.executable, env=None, isolated=False, start_timeout=120.0, preload=(),
+                 wait=True):
+        """`preload`: for a grader server, the modules it imports once (by name, from the kit's root).
+        `wait=False`: return once the process is started; `wait_ready()` then waits for it (servers that import
+        torch each can then start side by side)."""
+        self._kind, self._ready = kind, False
         self._dir = tempfile.mkdtemp(prefix=f"mha-{kind}-server-")
         os.chmod(self._dir, 0o700)
         self.address = os.path.join(self._dir, "socket")
@@ -189,11 +193,21 @@ class Server:
                                        *preload],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                       start_new_session=True)
-        deadline = time.monotonic() + start_timeout
-        ready, _, _ = select.select([self._proc.stdout], [], [], start_timeout)
-        if not ready or self._proc.stdout.readline() != b"ready\n" or time.monotonic() > deadline:
+        self._deadline = time.monotonic() + start_timeout
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self):
+        """Wait until the server says it is ready; RuntimeError (and the server closed) if it does not within
+        its start_timeout, counted from its start."""
+        if self._ready:
+            return
+        left = self._deadline - time.monotonic()
+        ready, _, _ = select.select([self._proc.stdout], [], [], max(left, 0.0))
+        if not ready or self._proc.stdout.readline() != b"ready\n" or time.monotonic() > self._deadline:
             self.close()
-            raise RuntimeError(f"the {kind} fork server did not start")
+            raise RuntimeError(f"the {self._kind} fork server did not start")
+        self._ready = True
 
     def close(self):
         if self._proc is not None:
@@ -205,11 +219,11 @@ class Server:
                 self._proc.wait()
             self._proc.stdout.close()
             self._proc = None
-        try:
-            os.unlink(self.address)
-            os.rmdir(self._dir)
-        except OSError:
-            pass
+        for remove, path in ((os.unlink, self.address), (os.rmdir, self._dir)):  # no socket if it never started
+            try:
+                remove(path)
+            except OSError:
+                pass
 
     def __enter__(self):
         return self
