@@ -2,6 +2,7 @@
 module that imports it back. Read from the source (every `import` statement, at the top or inside a
 function), so that a cycle cannot hide behind a lazy import."""
 import ast
+import importlib
 import os
 import re
 import shutil
@@ -83,6 +84,24 @@ def test_the_cycle_check_sees_a_cycle_through_a_lazy_import():
 def test_the_fork_server_knows_no_other_module_of_the_kit():
     """It holds warm what its owner names (autograder.grade.engine.GRADER_PRELOAD): generic, at the bottom."""
     assert import_graph()["autograder.sandbox.forkserver"] == set()
+
+
+def test_every_grading_collects_the_graders_the_warm_server_imported():
+    """The grader server imports the graders once (GRADER_PRELOAD), and the pytest of each fork, in importlib mode
+    (autograder/graders/pytest.ini), collects a test module found in sys.modules as it is: a grader file added
+    without its name in GRADER_PRELOAD, or a pytest that imported the file again, would cost every grading."""
+    from _pytest.pathlib import ImportMode, import_path
+
+    from autograder.grade.engine import GRADER_PRELOAD
+    from autograder.paths import GRADERS
+
+    assert "--import-mode=importlib" in (GRADERS / "pytest.ini").read_text()
+    for path in sorted(GRADERS.glob("test_*.py")):
+        name = f"autograder.graders.{path.stem}"
+        assert name in GRADER_PRELOAD, f"expected {name} among the grader server's preloaded modules"
+        preloaded = importlib.import_module(name)
+        collected = import_path(path, mode=ImportMode.importlib, root=GRADERS, consider_namespace_packages=False)
+        assert collected is preloaded, f"pytest imported {path.name} again instead of taking the preloaded module"
 
 
 # ---- the package: installable, one entry point, every root and the torch pin stated once ----------------
