@@ -42,6 +42,23 @@ def reference_report():
     return grade(SOLUTIONS)
 
 
+@pytest.fixture
+def server_starts(monkeypatch):
+    """Every start of a pair of warm servers (autograder.grade.engine.WarmServers) in this process during the
+    test: a list of their keyword arguments, one item a start."""
+    from autograder.grade import engine
+
+    started = []
+
+    class Counted(engine.WarmServers):
+        def __init__(self, *args, **kwargs):
+            started.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "WarmServers", Counted)
+    return started
+
+
 @pytest.fixture(scope="session")
 def warm_servers():
     """The two fork servers of a class run (autograder.grade.engine.WarmServers), shared by the session.

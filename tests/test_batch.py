@@ -327,18 +327,9 @@ def test_content_digest_sees_file_contents_and_never_follows_links(tmp_path):
     assert batch.content_digest(sub) == linked, "expected a link to count by its target's name, not its content"
 
 
-def test_warm_servers_start_at_the_first_grading_that_needs_them_and_never_for_stray_files(tmp_path, monkeypatch):
+def test_warm_servers_start_at_the_first_grading_that_needs_them_and_never_for_stray_files(tmp_path, server_starts):
     """A class (or a shard of one) of entries refused at intake starts no server; one submission starts them once."""
-    from autograder.grade import engine
-
-    started = []
-
-    class Counted(engine.WarmServers):
-        def __init__(self, *args, **kwargs):
-            started.append(kwargs)
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(engine, "WarmServers", Counted)
+    started = server_starts
     subs, out = tmp_path / "class", tmp_path / "out"
     subs.mkdir()
     (subs / "notes.md").write_text("not a submission\n")

@@ -111,20 +111,12 @@ def test_a_misspelled_assignment_exits_2_naming_the_known_ones(course):
     assert "no assignment 'mah'" in proc.stderr and "it knows: mha" in proc.stderr
 
 
-def test_one_sync_grades_the_class_through_one_pair_of_warm_servers(course, monkeypatch):
+def test_one_sync_grades_the_class_through_one_pair_of_warm_servers(course, server_starts, monkeypatch):
     """nbgrader-sync grades as grade-all does: torch imported once for the class, not twice per student; the
     gradebook's totals stay those the fixture's `grader_cli.py nbgrader-sync` wrote."""
-    from autograder.grade import engine
     from autograder.integrations.nbgrader_sync import sync_course
 
-    started = []
-
-    class Counted(engine.WarmServers):
-        def __init__(self, *args, **kwargs):
-            started.append(kwargs)
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(engine, "WarmServers", Counted)
+    started = server_starts
     monkeypatch.setenv("PATH", nbgrader_env()["PATH"])  # as sync_course sets it: restored after the test
     results = {r.student: r for r in sync_course(course["root"])}
     assert len(started) == 1, f"expected one pair of servers for the three students, got {len(started)}"
