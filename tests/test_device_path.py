@@ -45,3 +45,13 @@ def test_every_grader_has_a_skipped_cuda_check():
     for module, grader in GRADERS.items():
         cuda_tests = [name for name in dir(grader) if name.startswith("test_") and "cuda" in name]
         assert len(cuda_tests) == 1, module
+
+
+def test_the_grader_server_asks_for_cuda_without_spoiling_cuda_for_its_forks():
+    """The grader server imports the graders, whose `needs_cuda` asks torch.cuda.is_available(), then forks a
+    process per grading, which may run the CUDA checks. Asked through the CUDA runtime (torch's default), the
+    question initialises CUDA in the server and the forks cannot use it; through NVML it does not. A CPU-only
+    machine cannot show the difference, so the environment that selects NVML is what is checked."""
+    from autograder.sandbox.limits import grader_env
+
+    assert grader_env().get("PYTORCH_NVML_BASED_CUDA_CHECK") == "1", grader_env()

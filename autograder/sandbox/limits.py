@@ -59,6 +59,12 @@ GRADER_ENV = (*STUDENT_ENV, "HOME", "TMPDIR", "VIRTUAL_ENV", "MHA_REFUSE", "MHA_
 #: torch's default (a thread per core, spinning between operators) made two gradings side by side 4x slower each.
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
+#: The grader server asks torch whether CUDA is there (the graders' `needs_cuda`, at import) and then forks a
+#: process per grading. Asked the default way, through the CUDA runtime, the question initialises CUDA in the
+#: server and none of its forks can use it; asked through NVML it does not (torch.cuda.is_available's
+#: documentation: it "will NOT poison fork").
+FORK_SAFE_CUDA = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+
 
 def student_env(home) -> dict[str, str]:
     """The environment of a student process: STUDENT_ENV, its own HOME, one thread per library."""
@@ -68,11 +74,12 @@ def student_env(home) -> dict[str, str]:
 
 
 def grader_env() -> dict[str, str]:
-    """The environment of the grading processes: GRADER_ENV, imports that start at the kit's root, and no pytest
+    """The environment of the grading processes: GRADER_ENV, imports that start at the kit's root, a CUDA check
+    that leaves forks able to use CUDA (FORK_SAFE_CUDA), and no pytest
     plugin but the ones the engine names (`-p autograder.grade.plugin`): whatever else is installed beside the kit
     (xdist, anyio, ...) would be imported by every grading and take part in it."""
     env = {k: os.environ[k] for k in GRADER_ENV if k in os.environ}
-    return {**env, **ONE_THREAD, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1",
+    return {**env, **ONE_THREAD, **FORK_SAFE_CUDA, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1",
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
