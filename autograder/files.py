@@ -31,6 +31,24 @@ def write_atomic(path, data: str | bytes) -> None:
         raise
 
 
+def remove_interrupted_writes(path) -> None:
+    """Remove what write_atomic(path, ...) leaves behind when its process is killed between writing and renaming:
+    the files `.<name>.*` beside `path` (a grade-all killed halfway, then run again, rewrites every file it had
+    not finished; what the killed run began must not stay beside them)."""
+    path = Path(path)
+    prefix = f".{path.name}."
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(prefix):
+            try:
+                os.unlink(path.parent / name)  # a link itself, never what it points to
+            except OSError:
+                pass
+
+
 def _signature(key: bytes, payload: bytes) -> bytes:
     return hmac.new(key, payload, hashlib.sha256).hexdigest().encode()
 

@@ -217,6 +217,25 @@ def test_servers_that_cannot_start_leave_no_process_and_no_folder(tmp_path, monk
     assert os.listdir(tmp_path) == [], f"left behind: {os.listdir(tmp_path)}"
 
 
+def test_a_run_again_after_a_kill_leaves_nothing_of_the_killed_writes(tmp_path):
+    """A grade-all killed between writing a file and renaming it over the old one leaves `.<name>.<random>` beside
+    it (autograder.files.write_atomic); running it again rewrites the files and removes those beginnings, so that
+    OUT holds what one run would have written (a merge copies the folders as they are)."""
+    subs, out = tmp_path / "class", tmp_path / "out"
+    subs.mkdir()
+    (subs / "notes").mkdir()  # a folder with no module: graded "empty" at once, no process started
+    (subs / "notes" / "README.md").write_text("my work is elsewhere\n")
+    killed = [out / "notes" / ".results.json.k1ll3d", out / "notes" / ".feedback.html.k1ll3d",
+              out / ".gradebook.csv.k1ll3d"]
+    for path in killed:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("half of a file")
+    rows = batch.grade_all(subs, out, jobs=1)
+    assert rows["notes"].status == "empty", rows
+    assert sorted(p.name for p in (out / "notes").iterdir()) == ["feedback.html", "feedback.md", "results.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["gradebook.csv", "notes"]
+
+
 def test_gradebook_is_replaced_atomically(tmp_path):
     batch.write_gradebook(tmp_path, {"a": batch.Row("a", 50, {m: 1 for m in MODULES}, "graded", 1.0)})
     assert [p.name for p in tmp_path.iterdir()] == ["gradebook.csv"]  # no temporary file left behind

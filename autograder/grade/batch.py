@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder import MODULES, __version__
-from autograder.files import write_atomic
+from autograder.files import remove_interrupted_writes, write_atomic
 from autograder.grade.engine import LazyServers, SubmissionError, grade
 from autograder.paths import KIT
 from autograder.report.formats import render
@@ -295,9 +295,9 @@ def _write_report(report, sub_id, out, start, stopped=None):
     report.submission = sub_id
     folder = output_folder(out, sub_id)
     folder.mkdir(parents=True, exist_ok=True)
-    write_atomic(folder / "results.json", render(report, "gradescope") + "\n")
-    write_atomic(folder / "feedback.md", render(report, "markdown"))
-    write_atomic(folder / "feedback.html", render(report, "html"))
+    for name, form in (("results.json", "gradescope"), ("feedback.md", "markdown"), ("feedback.html", "html")):
+        remove_interrupted_writes(folder / name)  # a run killed while writing them left its beginnings here
+        write_atomic(folder / name, render(report, form) + ("\n" if form == "gradescope" else ""))
     return row_from_report(report, time.monotonic() - start)
 
 
@@ -370,6 +370,7 @@ def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool =
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    remove_interrupted_writes(out / GRADEBOOK)  # a run killed while writing the gradebook left its beginning here
     _, rows, todo, _, prints = planned or plan(folder, out, force=force, timeout=timeout,
                                                call_timeout=call_timeout, **options)
     jobs = jobs or os.cpu_count() or 1
