@@ -295,9 +295,11 @@ def _write_report(report, sub_id, out, start, stopped=None):
     report.submission = sub_id
     folder = output_folder(out, sub_id)
     folder.mkdir(parents=True, exist_ok=True)
-    for name, form in (("results.json", "gradescope"), ("feedback.md", "markdown"), ("feedback.html", "html")):
+    for name, text in (("results.json", render(report, "gradescope") + "\n"),
+                       ("feedback.md", render(report, "markdown")),
+                       ("feedback.html", render(report, "html"))):
         remove_interrupted_writes(folder / name)  # a run killed while writing them left its beginnings here
-        write_atomic(folder / name, render(report, form) + ("\n" if form == "gradescope" else ""))
+        write_atomic(folder / name, text)
     return row_from_report(report, time.monotonic() - start)
 
 
