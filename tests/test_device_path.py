@@ -55,3 +55,35 @@ def test_the_grader_server_asks_for_cuda_without_spoiling_cuda_for_its_forks():
     from autograder.sandbox.limits import grader_env
 
     assert grader_env().get("PYTORCH_NVML_BASED_CUDA_CHECK") == "1", grader_env()
+
+
+def test_the_student_process_says_in_its_handshake_whether_cuda_starts(monkeypatch):
+    """On a machine with GPU nodes the student process starts CUDA before any student code runs and says in its
+    handshake whether it could; here (no GPU nodes) it says nothing, and with CUDA refused on purpose
+    (MHA_REFUSE=cuda, as device nodes that the student's uid may not open would) it says why."""
+    with Sandbox(SOLUTIONS) as sandbox:
+        assert sandbox.cuda_problem() is None
+    monkeypatch.setenv("MHA_REFUSE", "cuda")
+    with Sandbox(SOLUTIONS) as sandbox:
+        why = sandbox.cuda_problem()
+        assert why and "cuda" in why and "refused on purpose" in why, why
+        got = sandbox.call("masks", "causal_mask", 2)[0]  # (value, ...): the rest runs as before
+        assert got.tolist() == [[True, False], [True, True]], got
+
+
+def test_a_cuda_check_is_skipped_not_failed_where_the_student_process_cannot_start_cuda():
+    """CUDA that runs for the grader and not in the student process is the machine's failure: the CUDA check is
+    skipped with the reason, and its points count as the other checks of its module (the scoring's CUDA note)."""
+    from types import SimpleNamespace
+
+    from autograder.grade.checks import needs_student_cuda
+    from autograder.scoring import figures
+
+    needs_student_cuda(SimpleNamespace(cuda_problem=lambda: None))  # CUDA starts there: the check runs
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        needs_student_cuda(SimpleNamespace(cuda_problem=lambda: "RuntimeError: no CUDA GPUs are available"))
+    reason = skipped.value.msg
+    assert reason.startswith("needs CUDA in the student process") and "no CUDA GPUs" in reason, reason
+    check = SimpleNamespace(module="masks", status="skipped", message=reason, points=1, aspect="device")
+    passed = SimpleNamespace(module="masks", status="passed", message="", points=7, aspect="values")
+    assert figures([check, passed]).skipped_note().startswith("1 CUDA point not graded on this machine")

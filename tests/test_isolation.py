@@ -19,6 +19,7 @@ from autograder.sandbox.client import Sandbox
 from autograder.sandbox.errors import StudentError
 from autograder.sandbox.forkserver import Server, Worker
 from autograder.sandbox.isolation import probe
+from autograder.sandbox import landlock
 from autograder.sandbox.limits import Limits
 from tests.conftest import SOLUTIONS
 
@@ -83,7 +84,9 @@ def test_the_student_process_sees_only_system_folders_its_copy_and_an_empty_tmp(
     seen, how = _probe(tmp_path)
     assert how == "namespaces"
     assert seen["cwd"] == "/submission" and "masks.py" in seen["/submission"]
-    assert seen["/tmp"] == _python_under_tmp(), (
+    # on a GPU machine, CUDA's cache folder too: the process starts CUDA before any student code runs
+    cuda_cache = [".nv"] if ".nv" in seen["/tmp"] and any(d.startswith("nvidia") for d in os.listdir("/dev")) else []
+    assert seen["/tmp"] == sorted(_python_under_tmp() + cuda_cache), (
         f"expected a private /tmp holding nothing but the way to Python's own folders "
         f"({_python_under_tmp()}), saw {seen['/tmp']}")
     visible = json.dumps({k: v for k, v in seen.items() if k != "env"})
@@ -205,6 +208,78 @@ def test_cpu_time_limit_ends_a_busy_process(tmp_path):
 def test_memory_limit_names_itself(tmp_path):
     message, _ = _limited(tmp_path, "    return torch.empty(1 << 34)\n", memory_bytes=2 << 30)
     assert "exceeded the memory limit" in message and "2 GiB" in message, message
+
+
+GPU_MACHINE = """import importlib.util, mmap, resource, sys
+spec = importlib.util.spec_from_file_location("student_process", sys.argv[1])
+student_process = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(student_process)
+student_process._gpu_nodes = lambda: ["nvidia0", "nvidiactl", "nvidia-uvm"]  # a GPU machine, pretended
+student_process._apply_limits({"memory_bytes": 2 << 30})
+torch = student_process.torch
+seen = {"AS": resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY,
+        "DATA": resource.getrlimit(resource.RLIMIT_DATA)[0]}
+# what CUDA does when it starts: reserve far more address space than the limit, with no access
+reserved = mmap.mmap(-1, 64 << 30, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x4000, prot=0)  # NORESERVE
+seen["reserved GiB"] = len(reserved) >> 30
+try:
+    bomb = torch.ones(1 << 30)  # (2**30,) float32: 4 GiB of private memory, over the 2 GiB limit
+    seen["bomb"] = "allocated"
+except (RuntimeError, MemoryError) as exc:
+    seen["bomb"] = type(exc).__name__
+print(seen)
+"""
+
+
+def test_on_a_gpu_machine_the_memory_limit_bounds_private_memory_not_address_space(tmp_path):
+    """CUDA reserves more address space than any memory limit when it starts: on an H200, a 4 GiB address-space
+    limit made cudaGetDeviceCount fail with "out of memory", and the reference lost its 5 CUDA points. Where the
+    machine has GPU nodes, the student process bounds its private writable memory (RLIMIT_DATA) instead: a
+    reservation with no access passes, a memory bomb still fails. The GPU nodes are pretended here."""
+    from autograder.sandbox.isolation import CHILD
+
+    script = tmp_path / "gpu_machine.py"
+    script.write_text(GPU_MACHINE)
+    out = subprocess.run([sys.executable, str(script), str(CHILD)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = eval(out.stdout.strip().splitlines()[-1])  # a dict printed by the script above
+    assert seen == {"AS": True, "DATA": 2 << 30, "reserved GiB": 64, "bomb": "RuntimeError"}, seen
+
+
+LANDLOCKED = """import importlib.util, json, os, sys, threading
+spec = importlib.util.spec_from_file_location("student_process", sys.argv[1])
+student_process = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(student_process)
+if sys.argv[2] == "gpu":
+    student_process._GPU_NODES = ["nvidia0", "nvidiactl", "nvidia-uvm"]  # a GPU machine, pretended
+student_process._confine_landlock({"cwd": sys.argv[3], "home": sys.argv[3], "forbidden": []})
+seen = {}
+for name, path in (("own comm", f"/proc/self/task/{threading.get_native_id()}/comm"),
+                   ("pid 1 comm", "/proc/1/comm")):
+    try:
+        with open(path, "w") as fh:
+            fh.write("named")
+        seen[name] = "written"
+    except OSError as exc:
+        seen[name] = type(exc).__name__
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.skipif(landlock.abi_version() < 1, reason="Landlock is not available here")
+@pytest.mark.parametrize("machine, own_comm", [("gpu", "written"), ("cpu", "PermissionError")])
+def test_under_landlock_a_gpu_machine_lets_the_student_process_name_its_own_threads(tmp_path, machine, own_comm):
+    """NVIDIA's driver names its threads as CUDA starts (it writes /proc/<pid>/task/<tid>/comm) and fails with
+    "Error 304" where it cannot: at the landlock level on a GPU machine the student process may write the files
+    of its own /proc folder, and no other process's; elsewhere not even its own. The GPU nodes are pretended."""
+    from autograder.sandbox.isolation import CHILD
+
+    script = tmp_path / "landlocked.py"
+    script.write_text(LANDLOCKED)
+    out = subprocess.run([sys.executable, str(script), str(CHILD), machine, str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"own comm": own_comm, "pid 1 comm": "PermissionError"}
 
 
 def test_process_limit_stops_a_fork_bomb(tmp_path):

@@ -34,6 +34,15 @@ def take_notes() -> str:
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (none on this machine)")
 
 
+def needs_student_cuda(student):
+    """Skip a CUDA check where CUDA runs for the grader but not in the confined student process (device nodes
+    its uid may not open, say), as that process found before any student code ran: the machine's failure, not
+    the student's. As on a machine with no GPU, its points count as the other checks of its module."""
+    why = student.cuda_problem()
+    if why:
+        pytest.skip(f"needs CUDA in the student process, where it does not start on this machine: {why}")
+
+
 def describe(value):
     """A short description of a value that came back: "float32 tensor (2, 3)"."""
     if isinstance(value, torch.Tensor):

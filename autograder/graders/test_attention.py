@@ -4,7 +4,7 @@ import math
 import torch
 
 from autograder.grade import checks, diagnose
-from autograder.grade.checks import needs_cuda, points
+from autograder.grade.checks import needs_cuda, needs_student_cuda, points
 from autograder.graders.common import (SEED_001_Q, fixed_device, heatmap, made_on_fixed_device, random_mask,
                                       randn)
 from solutions import attention as ref
@@ -212,4 +212,5 @@ def check_device(student, device):
 @points(1, "device")
 def test_runs_on_cuda_and_matches_cpu(student):
     """runs on CUDA and matches the CPU reference"""
+    needs_student_cuda(student)
     check_device(student, "cuda")

@@ -2,7 +2,7 @@
 import torch
 
 from autograder.grade import checks, diagnose
-from autograder.grade.checks import needs_cuda, points
+from autograder.grade.checks import needs_cuda, needs_student_cuda, points
 from autograder.graders.common import fixed_device, made_on_fixed_device, randn
 from solutions import heads as ref
 
@@ -131,4 +131,5 @@ def check_device(student, device):
 @points(1, "device")
 def test_runs_on_cuda_and_matches_cpu(student):
     """split and merge run on CUDA and match the CPU reference"""
+    needs_student_cuda(student)
     check_device(student, "cuda")

@@ -2,7 +2,7 @@
 import torch
 
 from autograder.grade import checks, diagnose
-from autograder.grade.checks import needs_cuda, points
+from autograder.grade.checks import needs_cuda, needs_student_cuda, points
 
 SIZES = (1, 2, 4, 7)
 
@@ -70,4 +70,5 @@ def check_device(student, device):
 @points(1, "device")
 def test_runs_on_cuda(student):
     """causal_mask(T, device='cuda') is on CUDA and has the right values"""
+    needs_student_cuda(student)
     check_device(student, "cuda")

@@ -2,7 +2,7 @@
 import torch
 
 from autograder.grade import checks, diagnose, timing
-from autograder.grade.checks import needs_cuda, points
+from autograder.grade.checks import needs_cuda, needs_student_cuda, points
 from autograder.graders import blame
 from autograder.graders.common import (SEED_004_FUSED, SEED_004_INPUTS, SEED_004_STACKED, on_device_error,
                                        params_of, randn, seeded)
@@ -500,4 +500,5 @@ def test_fused_close_to_reference_fused(student, record_property):
 @points(1, "device")
 def test_modules_run_on_cuda_and_match_cpu(student):
     """CausalAttention, StackedMultiHeadAttention and MultiHeadAttention run on CUDA and match the CPU reference"""
+    needs_student_cuda(student)
     check_device(student, "cuda")

@@ -4,7 +4,7 @@ import math
 import torch
 
 from autograder.grade import checks, diagnose
-from autograder.grade.checks import needs_cuda, points
+from autograder.grade.checks import needs_cuda, needs_student_cuda, points
 from autograder.graders.common import on_device_error, randn
 from autograder.sandbox.errors import StudentError
 from solutions import positional as ref
@@ -168,4 +168,5 @@ def check_device(student, device):
 @points(1, "device")
 def test_module_runs_on_cuda_and_matches_cpu(student):
     """PositionalEncoding runs on CUDA and matches the CPU reference"""
+    needs_student_cuda(student)
     check_device(student, "cuda")

@@ -94,6 +94,7 @@ class Sandbox:
         self.level = isolation  # "auto" until the first start decides (choose_isolation)
         self.zygote = zygote  # address of a warm student zygote (autograder.sandbox.forkserver), or None
         self.isolation = None  # how the last student process was confined, as it reported
+        self._cuda_problem = None  # why CUDA cannot run in the student process, as it reported (cuda_problem)
         # what the engine's intake left out ({"missing": {module: why}, "source": the original submission})
         self.intake = intake or {}
         self.refused = {}  # file -> why the copy below left it out (a link, a FIFO, too large)
@@ -283,8 +284,15 @@ class Sandbox:
             raise GraderUnavailable(f"the process for student code could not start at {self.level} isolation: "
                                     f"{why}")
         self.isolation = answer.get("isolation")
+        self._cuda_problem = answer.get("cuda_problem")
         self._ready = True
         self.ready_at = time.time()
+
+    def cuda_problem(self):
+        """Why CUDA cannot run in the student process on this machine, as the process found before any student
+        code ran (its handshake); None where it can, or where the machine has no GPU nodes."""
+        self._ensure_ready()
+        return self._cuda_problem
 
     def _exit_code(self):
         """How the student process ended (negative: the signal), waiting briefly; None if it still runs."""

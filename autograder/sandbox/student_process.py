@@ -323,6 +323,12 @@ def _confine_landlock(config):
     proc = [f"/proc/{os.getpid()}", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/self"]
     devices = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
                *(os.path.join("/dev", d) for d in _listdir("/dev") if d.startswith(("nvidia", "dri")))]
+    if any(d.startswith("nvidia") for d in _gpu_nodes()):
+        # What NVIDIA's driver does as CUDA starts, refused under Landlock with "Error 304: OS call failed" (on an
+        # H200, driver 580): it reads /proc/driver/nvidia and /proc/driver/nvidia-uvm, and it names its threads
+        # by writing /proc/<pid>/task/<tid>/comm. Its own /proc folder is given file rights (read, write), no more.
+        proc += ["/proc/driver/nvidia", "/proc/driver/nvidia-uvm"]
+        devices.append(f"/proc/{os.getpid()}")
     _landlock.restrict(read=folders + proc, write=writable, devices=devices)
 
 
@@ -428,12 +434,22 @@ def _tasks_of(uid):
     return max(count, 1)
 
 
-def _vm_size():
+def _vm_size(field="VmSize"):
+    """This process's address space (VmSize) or private writable memory (VmData), in bytes."""
     try:
         with open("/proc/self/status") as fh:
-            return next(int(line.split()[1]) << 10 for line in fh if line.startswith("VmSize:"))
+            return next(int(line.split()[1]) << 10 for line in fh if line.startswith(field + ":"))
     except (OSError, StopIteration, ValueError):
         return 0
+
+
+def _gpu_nodes():
+    """The GPU device nodes of this machine (NVIDIA's, AMD's kfd): where there are some, torch may use CUDA.
+    Read once, when this file is loaded, before any confinement: under Landlock /dev cannot be listed."""
+    return _GPU_NODES
+
+
+_GPU_NODES = [d for d in _listdir("/dev") if d.startswith("nvidia") or d == "kfd"]
 
 
 def _apply_limits(limits):
@@ -443,12 +459,17 @@ def _apply_limits(limits):
     """
     _step("setrlimit")
     memory = limits.get("memory_bytes")
-    if memory is not None and memory < _vm_size() + (64 << 20):  # Python (and torch, in a zygote) and some room
+    # The memory limit bounds the address space (RLIMIT_AS): every mapping counts, private or shared. On a GPU
+    # machine it cannot: CUDA reserves hundreds of GiB of address space when it starts (on an H200, a 4 GiB
+    # RLIMIT_AS failed cudaGetDeviceCount with "out of memory"), so there it bounds the private writable memory
+    # (RLIMIT_DATA: what tensors, arrays and Python objects take; a reservation with no access does not count).
+    rule, field = ((resource.RLIMIT_DATA, "VmData") if _gpu_nodes() else (resource.RLIMIT_AS, "VmSize"))
+    if memory is not None and memory < _vm_size(field) + (64 << 20):  # Python (and torch, in a zygote), room
         raise SetupFailed(f"the memory limit ({memory / (1 << 20):g} MiB) is too small: this process already "
-                          f"uses {_vm_size() / (1 << 20):.0f} MiB of address space before any student code")
+                          f"uses {_vm_size(field) / (1 << 20):.0f} MiB ({field}) before any student code")
     pairs = {
         resource.RLIMIT_CPU: limits.get("cpu_seconds"),
-        resource.RLIMIT_AS: limits.get("memory_bytes"),
+        rule: memory,
         resource.RLIMIT_FSIZE: limits.get("output_bytes"),
         resource.RLIMIT_CORE: 0,
         resource.RLIMIT_NOFILE: min(OPEN_FILES, resource.getrlimit(resource.RLIMIT_NOFILE)[1]),
@@ -810,12 +831,28 @@ def forked(request, fds):
     main(_enter(request), request.get("limits", {}), warm=False)
 
 
+def _cuda_problem():
+    """Where the machine has GPU nodes: why CUDA cannot start in this confined process, or None where it can
+    (and where there are none). Asked before any student code runs and sent in the handshake, so that nothing a
+    student writes can turn the grader's CUDA checks into skips, and no failure of the machine's (device nodes
+    this uid may not open, a limit CUDA cannot start under) costs a student points (autograder/grade/checks.py)."""
+    if not _gpu_nodes() and "cuda" not in _REFUSE:
+        return None
+    try:
+        _step("cuda")
+        torch.zeros(1, device="cuda")  # starts CUDA: its threads come before the process limit is counted
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"[:1000]
+    return None
+
+
 def main(isolation, limits, warm=True):
     sys.path.insert(0, _SUBMISSION)  # from here on, imports may find student files
     if warm:
         _warming.start()
+    cuda_problem = _cuda_problem()
     _apply_process_limit(limits)
-    _handshake(ready=True, pid=os.getpid(), isolation=isolation)
+    _handshake(ready=True, pid=os.getpid(), isolation=isolation, cuda_problem=cuda_problem)
     while True:
         req = _recv()
         try:
