@@ -87,3 +87,12 @@ def test_a_cuda_check_is_skipped_not_failed_where_the_student_process_cannot_sta
     check = SimpleNamespace(module="masks", status="skipped", message=reason, points=1, aspect="device")
     passed = SimpleNamespace(module="masks", status="passed", message="", points=7, aspect="values")
     assert figures([check, passed]).skipped_note().startswith("1 CUDA point not graded on this machine")
+
+
+def test_the_student_process_keeps_no_cuda_cache(tmp_path):
+    """CUDA's kernel cache would go to the student's temporary home, of a bounded size, gone with the grading:
+    the student process runs with CUDA_CACHE_DISABLE=1."""
+    (tmp_path / "masks.py").write_text("import os\ndef causal_mask(seq_len, device=None):\n"
+                                       "    return os.environ.get('CUDA_CACHE_DISABLE', 'unset')\n")
+    with Sandbox(tmp_path) as sandbox:
+        assert sandbox.call("masks", "causal_mask", 2)[0] == "1"

@@ -66,10 +66,16 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 FORK_SAFE_CUDA = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 
 
+#: CUDA's compiled-kernel cache lives in ~/.nv, which for a student process is a temporary folder of a bounded
+#: size that goes with the grading: a cache that no later process reads, paid for from the student's space.
+NO_CUDA_CACHE = {"CUDA_CACHE_DISABLE": "1"}
+
+
 def student_env(home) -> dict[str, str]:
-    """The environment of a student process: STUDENT_ENV, its own HOME, one thread per library."""
+    """The environment of a student process: STUDENT_ENV, its own HOME, one thread per library, no CUDA cache."""
     env = {k: os.environ[k] for k in STUDENT_ENV if k in os.environ}
-    env.update(ONE_THREAD, HOME=str(home), TMPDIR=str(home), PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")
+    env.update(**ONE_THREAD, **NO_CUDA_CACHE, HOME=str(home), TMPDIR=str(home), PYTHONDONTWRITEBYTECODE="1",
+               PYTHONHASHSEED="0")
     return env
 
 
