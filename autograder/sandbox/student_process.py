@@ -847,10 +847,12 @@ def _cuda_problem():
 
 
 def main(isolation, limits, warm=True):
+    # before the submission is on sys.path: a student file named like a module that starting CUDA imports must
+    # not run then, and make the CUDA checks skip
+    cuda_problem = _cuda_problem()
     sys.path.insert(0, _SUBMISSION)  # from here on, imports may find student files
     if warm:
         _warming.start()
-    cuda_problem = _cuda_problem()
     _apply_process_limit(limits)
     _handshake(ready=True, pid=os.getpid(), isolation=isolation, cuda_problem=cuda_problem)
     while True:
