@@ -8,6 +8,7 @@ process and compares with the CPU reference.
 import importlib
 
 import pytest
+import torch
 
 from autograder.sandbox.client import Sandbox
 from autograder.sandbox.errors import StudentError
@@ -96,3 +97,16 @@ def test_the_student_process_keeps_no_cuda_cache(tmp_path):
                                        "    return os.environ.get('CUDA_CACHE_DISABLE', 'unset')\n")
     with Sandbox(tmp_path) as sandbox:
         assert sandbox.call("masks", "causal_mask", 2)[0] == "1"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA it grades for real: run it by hand")
+def test_the_gpu_machine_check_says_so_where_there_is_no_cuda():
+    """benchmarks/cuda_check.py, the checks that need a GPU, runs (imports, argument parsing) and exits 2 here."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cuda_check.py")], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2 and "no CUDA here" in done.stderr, (done.returncode, done.stderr[-2000:])
