@@ -222,11 +222,20 @@ seen = {"AS": resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINIT
 # what CUDA does when it starts: reserve far more address space than the limit, with no access
 reserved = mmap.mmap(-1, 64 << 30, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x4000, prot=0)  # NORESERVE
 seen["reserved GiB"] = len(reserved) >> 30
+student_process._bound_address_space({"memory_bytes": 2 << 30})  # then, before any student code
+above = resource.getrlimit(resource.RLIMIT_AS)[0] - student_process._vm_size()
+seen["AS above VmSize GiB"] = round(above / (1 << 30), 1)  # to 0.1 GiB: an arena mapped since moves it a little
 try:
     bomb = torch.ones(1 << 30)  # (2**30,) float32: 4 GiB of private memory, over the 2 GiB limit
     seen["bomb"] = "allocated"
 except (RuntimeError, MemoryError) as exc:
     seen["bomb"] = type(exc).__name__
+try:
+    shared = mmap.mmap(-1, 3 << 30)  # 3 GiB shared: RLIMIT_DATA does not count it, the address space does
+    seen["shared bomb"] = "mapped"
+except OSError as exc:
+    seen["shared bomb"] = type(exc).__name__
+small = torch.ones(1 << 20)  # 4 MiB: what grading needs still fits
 print(seen)
 """
 
@@ -235,7 +244,8 @@ def test_on_a_gpu_machine_the_memory_limit_bounds_private_memory_not_address_spa
     """CUDA reserves more address space than any memory limit when it starts: on an H200, a 4 GiB address-space
     limit made cudaGetDeviceCount fail with "out of memory", and the reference lost its 5 CUDA points. Where the
     machine has GPU nodes, the student process bounds its private writable memory (RLIMIT_DATA) instead: a
-    reservation with no access passes, a memory bomb still fails. The GPU nodes are pretended here."""
+    reservation with no access passes, a memory bomb still fails; once CUDA has started, the address space too,
+    at what the process holds plus the limit: a bomb of shared memory fails. The GPU nodes are pretended here."""
     from autograder.sandbox.isolation import CHILD
 
     script = tmp_path / "gpu_machine.py"
@@ -243,7 +253,8 @@ def test_on_a_gpu_machine_the_memory_limit_bounds_private_memory_not_address_spa
     out = subprocess.run([sys.executable, str(script), str(CHILD)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     seen = eval(out.stdout.strip().splitlines()[-1])  # a dict printed by the script above
-    assert seen == {"AS": True, "DATA": 2 << 30, "reserved GiB": 64, "bomb": "RuntimeError"}, seen
+    assert seen == {"AS": True, "DATA": 2 << 30, "reserved GiB": 64, "AS above VmSize GiB": 2.0,
+                    "bomb": "RuntimeError", "shared bomb": "OSError"}, seen
 
 
 LANDLOCKED = """import importlib.util, json, os, sys, threading

@@ -460,9 +460,10 @@ def _apply_limits(limits):
     _step("setrlimit")
     memory = limits.get("memory_bytes")
     # The memory limit bounds the address space (RLIMIT_AS): every mapping counts, private or shared. On a GPU
-    # machine it cannot: CUDA reserves hundreds of GiB of address space when it starts (on an H200, a 4 GiB
+    # machine it cannot, not yet: CUDA reserves address space as it starts (17 GiB on an H200, where a 4 GiB
     # RLIMIT_AS failed cudaGetDeviceCount with "out of memory"), so there it bounds the private writable memory
-    # (RLIMIT_DATA: what tensors, arrays and Python objects take; a reservation with no access does not count).
+    # (RLIMIT_DATA: what tensors, arrays and Python objects take; a reservation with no access does not count),
+    # and the address space once CUDA has started (_bound_address_space).
     rule, field = ((resource.RLIMIT_DATA, "VmData") if _gpu_nodes() else (resource.RLIMIT_AS, "VmSize"))
     if memory is not None and memory < _vm_size(field) + (64 << 20):  # Python (and torch, in a zygote), room
         raise SetupFailed(f"the memory limit ({memory / (1 << 20):g} MiB) is too small: this process already "
@@ -478,6 +479,21 @@ def _apply_limits(limits):
         if value is not None:
             resource.setrlimit(which, (int(value), int(value) + (5 if which == resource.RLIMIT_CPU else 0)))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # too much output: the write fails with EFBIG instead
+
+
+def _bound_address_space(limits):
+    """On a GPU machine, once CUDA has started (or failed to), before any student code: the address space too,
+    at what this process holds now (Python, torch, CUDA's reservation) plus the memory limit. RLIMIT_DATA does
+    not count shared mappings (mmap(-1, n) in Python): this bounds them. A limit may always be lowered; on the
+    H200, CUDA's matrix products, a 1 GiB tensor on the GPU and pinned memory fitted in 4 GiB above it."""
+    memory = limits.get("memory_bytes")
+    if memory is None or not _gpu_nodes():
+        return
+    try:
+        value = _vm_size() + int(memory)
+        resource.setrlimit(resource.RLIMIT_AS, (value, value))
+    except (OSError, ValueError) as exc:
+        _fail(f"the address-space limit could not be set: {exc}")
 
 
 def _apply_process_limit(limits):
@@ -850,6 +866,7 @@ def main(isolation, limits, warm=True):
     # before the submission is on sys.path: a student file named like a module that starting CUDA imports must
     # not run then, and make the CUDA checks skip
     cuda_problem = _cuda_problem()
+    _bound_address_space(limits)
     sys.path.insert(0, _SUBMISSION)  # from here on, imports may find student files
     if warm:
         _warming.start()
