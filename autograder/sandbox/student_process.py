@@ -27,7 +27,7 @@ confined):
 At every level: stdout and stderr go to a log file that the trusted side
 reads; the protocol uses private copies of the pipes; the student code never
 runs as root (root drops to a uid of its own); resource limits (CPU time,
-address space, processes, output size) bound it; and this process forks a
+memory, processes, output size) bound it; and this process forks a
 *keeper* that stays outside: a child subreaper that, when the student
 process ends or the trusted side sends SIGTERM, kills every process the
 student code started, daemons included.
@@ -36,7 +36,9 @@ Protocol: frames of an 8-byte big-endian length and a payload. The first
 frame is the handshake, JSON, sent once confinement, limits and imports are
 done and before any submission file is touched: {"ready": true, ...} or
 {"ready": false, "error": why}; a process that dies before it is the
-grader's failure, not the student's. Requests are written with torch.save
+grader's failure, not the student's. On a machine with GPU nodes the process
+starts CUDA before it, and says in it whether it could ("cuda_problem"):
+where it could not, the CUDA checks are skipped, never failed. Requests are written with torch.save
 and read here with torch.load(weights_only=True); answers are written in
 autograder/sandbox/wire.py's format (JSON and raw tensor bytes, no pickle), which the
 parent checks against the frame's size, so only plain tensors and plain
