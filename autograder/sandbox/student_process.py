@@ -488,11 +488,11 @@ def _bound_address_space(limits):
     at what this process holds now (Python, torch, CUDA's reservation) plus the memory limit. RLIMIT_DATA does
     not count shared mappings (mmap(-1, n) in Python): this bounds them. A limit may always be lowered; on the
     H200, CUDA's matrix products, a 1 GiB tensor on the GPU and pinned memory fitted in 4 GiB above it."""
-    memory = limits.get("memory_bytes")
-    if memory is None or not _gpu_nodes():
+    memory, held = limits.get("memory_bytes"), _vm_size()
+    if memory is None or not _gpu_nodes() or not held:  # held 0: no /proc to read it in; RLIMIT_DATA alone
         return
     try:
-        value = _vm_size() + int(memory)
+        value = held + int(memory)
         resource.setrlimit(resource.RLIMIT_AS, (value, value))
     except (OSError, ValueError) as exc:
         _fail(f"the address-space limit could not be set: {exc}")
