@@ -49,13 +49,29 @@ def test_every_grader_has_a_skipped_cuda_check():
 
 
 def test_the_grader_server_asks_for_cuda_without_spoiling_cuda_for_its_forks():
-    """The grader server imports the graders, whose `needs_cuda` asks torch.cuda.is_available(), then forks a
-    process per grading, which may run the CUDA checks. Asked through the CUDA runtime (torch's default), the
-    question initialises CUDA in the server and the forks cannot use it; through NVML it does not. A CPU-only
-    machine cannot show the difference, so the environment that selects NVML is what is checked."""
+    """The grader server imports the graders, then forks a process per grading, which may run the CUDA checks.
+    Should anything in it ask torch.cuda.is_available() through the CUDA runtime (torch's default), the question
+    would initialise CUDA in the server and the forks could not use it; through NVML it does not (seen on an
+    H200). A CPU-only machine cannot show the difference, so the environment that selects NVML is checked."""
     from autograder.sandbox.limits import grader_env
 
     assert grader_env().get("PYTORCH_NVML_BASED_CUDA_CHECK") == "1", grader_env()
+
+
+def test_importing_the_graders_asks_nothing_about_cuda():
+    """`needs_cuda` asks whether CUDA is there when a check runs, in the process that runs it: importing the
+    graders, as the grader server does before it forks the gradings, asks nothing (with the CUDA build of torch
+    the server was multi-threaded at fork after it had asked, on an H200)."""
+    import subprocess
+    import sys
+
+    code = ("import torch\ncalls = []\n"
+            "torch.cuda.is_available = lambda: calls.append('is_available') or False\n"
+            "torch.cuda.device_count = lambda: calls.append('device_count') or 0\n"
+            + "".join(f"import autograder.graders.test_{m}\n" for m in MODULES) + "print(calls)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout
 
 
 def test_the_student_process_says_in_its_handshake_whether_cuda_starts(monkeypatch):

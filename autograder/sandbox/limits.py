@@ -59,10 +59,11 @@ GRADER_ENV = (*STUDENT_ENV, "HOME", "TMPDIR", "VIRTUAL_ENV", "MHA_REFUSE", "MHA_
 #: torch's default (a thread per core, spinning between operators) made two gradings side by side 4x slower each.
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
-#: The grader server asks torch whether CUDA is there (the graders' `needs_cuda`, at import) and then forks a
-#: process per grading. Asked the default way, through the CUDA runtime, the question initialises CUDA in the
-#: server and none of its forks can use it; asked through NVML it does not (torch.cuda.is_available's
-#: documentation: it "will NOT poison fork").
+#: The grader server forks a process per grading, which may run the CUDA checks. Should anything in the server
+#: ask torch whether CUDA is there (the graders' `needs_cuda` asks only when a check runs, in the fork), asked
+#: the default way, through the CUDA runtime, the question would initialise CUDA in the server and none of its
+#: forks could use it; asked through NVML it does not (torch.cuda.is_available's documentation: it "will NOT
+#: poison fork"; seen on an H200: a fork after the NVML question ran CUDA, after the default one it could not).
 FORK_SAFE_CUDA = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 
 
