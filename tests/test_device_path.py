@@ -60,8 +60,8 @@ def test_the_grader_server_asks_for_cuda_without_spoiling_cuda_for_its_forks():
 
 def test_importing_the_graders_asks_nothing_about_cuda():
     """`needs_cuda` asks whether CUDA is there when a check runs, in the process that runs it: importing the
-    graders, as the grader server does before it forks the gradings, asks nothing (with the CUDA build of torch
-    the server was multi-threaded at fork after it had asked, on an H200)."""
+    graders, as the grader server does before it forks the gradings, asks nothing (on an H200, a process that
+    had imported the CUDA build of torch and asked was multi-threaded when it forked)."""
     import subprocess
     import sys
 
