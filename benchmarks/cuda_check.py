@@ -6,7 +6,7 @@ on the CPU, tests/test_device_path.py; this is what they cannot show).
 1. The reference, graded cold at every isolation level that works here: 100, with its 5 CUDA checks run and
    passed (not skipped).
    The reference graded twice more through warm servers (grade-all's route: forks of a grader server that
-   asked NVML whether CUDA is there, and of a student zygote), with the same result.
+   imported the CUDA build of torch and the graders, and of a student zygote), with the same result.
 2. CUDA refused in the student process on purpose (MHA_REFUSE=cuda@student, as device nodes that the student's
    uid may not open would): still 100, the 5 CUDA checks skipped with the reason, none failed.
 3. The untouched template: "empty", 0. The buggy example: its bugs fail their CUDA checks too.
@@ -60,7 +60,7 @@ def main():
                                f"{report.execution_time:.1f} s"
                                + "".join(f"\n       {t.module}/{t.id}: {t.status}: {t.message[:300]}"
                                          for t in cuda_checks(report) if t.status != "passed")))
-    # grade-all's route: forks of a grader server that asked NVML whether CUDA is there, and of a student zygote
+    # grade-all's route: forks of a grader server that imported torch and the graders, and of a student zygote
     with WarmServers() as servers:
         for _ in range(2):  # the second from the same servers: their first forks left them able to fork again
             report = grade(SOLUTIONS, servers=servers)
