@@ -293,6 +293,17 @@ def test_under_landlock_a_gpu_machine_lets_the_student_process_name_its_own_thre
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {"own comm": own_comm, "pid 1 comm": "PermissionError"}
 
 
+def test_a_memory_limit_too_small_for_torch_says_so(tmp_path):
+    """100 MiB: enough for Python when the limits are set, not for torch's libraries (the import fails with
+    "failed to map segment", not a MemoryError): the grader's failure, and the message names the limit."""
+    from autograder.sandbox.errors import GraderUnavailable
+
+    with pytest.raises(GraderUnavailable) as failed:
+        grade(SOLUTIONS, limits=Limits(memory_bytes=100 << 20))
+    assert "importing torch failed" in str(failed.value), str(failed.value)
+    assert "the memory limit, 100 MiB, is too small for Python and torch" in str(failed.value), str(failed.value)
+
+
 def test_process_limit_stops_a_fork_bomb(tmp_path):
     code = ("    n = 0\n    try:\n        for _ in range(500):\n"
             "            if os.fork() == 0:\n                import time; time.sleep(30); os._exit(0)\n"

@@ -469,7 +469,8 @@ def _apply_limits(limits):
     rule, field = ((resource.RLIMIT_DATA, "VmData") if _gpu_nodes() else (resource.RLIMIT_AS, "VmSize"))
     if memory is not None and memory < _vm_size(field) + (64 << 20):  # Python (and torch, in a zygote), room
         raise SetupFailed(f"the memory limit ({memory / (1 << 20):g} MiB) is too small: this process already "
-                          f"uses {_vm_size(field) / (1 << 20):.0f} MiB ({field}) before any student code")
+                          f"uses {_vm_size(field) / (1 << 20):.0f} MiB of "
+                          f"{'private memory' if field == 'VmData' else 'address space'} before any student code")
     pairs = {
         resource.RLIMIT_CPU: limits.get("cpu_seconds"),
         rule: memory,
@@ -566,7 +567,8 @@ def _enter(config):
 def _import_failed(exc):
     limits = _CONFIG.get("limits", {}) if "_CONFIG" in globals() else {}
     hint = ""
-    if isinstance(exc, MemoryError) and limits.get("memory_bytes"):
+    # the limit shows as a MemoryError, or as a shared library that cannot be mapped ("failed to map segment")
+    if (isinstance(exc, MemoryError) or "failed to map" in str(exc)) and limits.get("memory_bytes"):
         hint = f" (the memory limit, {limits['memory_bytes'] / (1 << 20):g} MiB, is too small for Python and torch)"
     _fail(f"importing torch failed: {type(exc).__name__}: {exc}{hint}")
 
