@@ -82,7 +82,7 @@ def main():
                            f"{template.status}, {template.score:g}"))
     buggy = grade(KIT / "examples" / "buggy-student")
     failed = [t for t in cuda_checks(buggy) if t.status == "failed"]
-    results.append(outcome("buggy example", 0 < buggy.score < 100 and failed,
+    results.append(outcome("buggy example", 0 < buggy.score < 100 and bool(failed),
                            f"{buggy.score:g}/100, {len(failed)} CUDA checks failed with its bugs"))
     if args.bench:
         import subprocess

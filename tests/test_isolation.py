@@ -214,7 +214,7 @@ GPU_MACHINE = """import importlib.util, mmap, resource, sys
 spec = importlib.util.spec_from_file_location("student_process", sys.argv[1])
 student_process = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(student_process)
-student_process._gpu_nodes = lambda: ["nvidia0", "nvidiactl", "nvidia-uvm"]  # a GPU machine, pretended
+student_process._GPU_NODES = ["nvidia0", "nvidiactl", "nvidia-uvm"]  # a GPU machine, pretended
 student_process._apply_limits({"memory_bytes": 2 << 30})
 torch = student_process.torch
 seen = {"AS": resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY,

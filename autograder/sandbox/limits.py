@@ -82,9 +82,9 @@ def student_env(home) -> dict[str, str]:
 
 def grader_env() -> dict[str, str]:
     """The environment of the grading processes: GRADER_ENV, imports that start at the kit's root, a CUDA check
-    that leaves forks able to use CUDA (FORK_SAFE_CUDA), and no pytest
-    plugin but the ones the engine names (`-p autograder.grade.plugin`): whatever else is installed beside the kit
-    (xdist, anyio, ...) would be imported by every grading and take part in it."""
+    that leaves forks able to use CUDA (FORK_SAFE_CUDA), and no pytest plugin but the ones the engine names
+    (`-p autograder.grade.plugin`): whatever else is installed beside the kit (xdist, anyio, ...) would be
+    imported by every grading and take part in it."""
     env = {k: os.environ[k] for k in GRADER_ENV if k in os.environ}
     return {**env, **ONE_THREAD, **FORK_SAFE_CUDA, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1",
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}

@@ -38,8 +38,8 @@ done and before any submission file is touched: {"ready": true, ...} or
 {"ready": false, "error": why}; a process that dies before it is the
 grader's failure, not the student's. On a machine with GPU nodes the process
 starts CUDA before it, and says in it whether it could ("cuda_problem"):
-where it could not, the CUDA checks are skipped, never failed. Requests are written with torch.save
-and read here with torch.load(weights_only=True); answers are written in
+where it could not, the CUDA checks are skipped, never failed. Requests are
+written with torch.save and read here with torch.load(weights_only=True); answers are written in
 autograder/sandbox/wire.py's format (JSON and raw tensor bytes, no pickle), which the
 parent checks against the frame's size, so only plain tensors and plain
 containers can come back, at a cost bounded by what was sent.
@@ -325,7 +325,7 @@ def _confine_landlock(config):
     proc = [f"/proc/{os.getpid()}", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/self"]
     devices = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
                *(os.path.join("/dev", d) for d in _listdir("/dev") if d.startswith(("nvidia", "dri")))]
-    if any(d.startswith("nvidia") for d in _gpu_nodes()):
+    if any(d.startswith("nvidia") for d in _GPU_NODES):
         # What NVIDIA's driver does as CUDA starts, refused under Landlock with "Error 304: OS call failed" (on an
         # H200, driver 580): it reads /proc/driver/nvidia and /proc/driver/nvidia-uvm, and it names its threads
         # by writing /proc/<pid>/task/<tid>/comm. Its own /proc folder is given file rights (read, write), no more.
@@ -445,12 +445,8 @@ def _vm_size(field="VmSize"):
         return 0
 
 
-def _gpu_nodes():
-    """The GPU device nodes of this machine (NVIDIA's, AMD's kfd): where there are some, torch may use CUDA.
-    Read once, when this file is loaded, before any confinement: under Landlock /dev cannot be listed."""
-    return _GPU_NODES
-
-
+#: The GPU device nodes of this machine (NVIDIA's, AMD's kfd): where there are some, torch may use CUDA. Read
+#: once, when this file is loaded, before any confinement: under Landlock /dev cannot be listed.
 _GPU_NODES = [d for d in _listdir("/dev") if d.startswith("nvidia") or d == "kfd"]
 
 
@@ -466,7 +462,7 @@ def _apply_limits(limits):
     # RLIMIT_AS failed cudaGetDeviceCount with "out of memory"), so there it bounds the private writable memory
     # (RLIMIT_DATA: what tensors, arrays and Python objects take; a reservation with no access does not count),
     # and the address space once CUDA has started (_bound_address_space).
-    rule, field = ((resource.RLIMIT_DATA, "VmData") if _gpu_nodes() else (resource.RLIMIT_AS, "VmSize"))
+    rule, field = ((resource.RLIMIT_DATA, "VmData") if _GPU_NODES else (resource.RLIMIT_AS, "VmSize"))
     if memory is not None and memory < _vm_size(field) + (64 << 20):  # Python (and torch, in a zygote), room
         raise SetupFailed(f"the memory limit ({memory / (1 << 20):g} MiB) is too small: this process already "
                           f"uses {_vm_size(field) / (1 << 20):.0f} MiB of "
@@ -490,7 +486,7 @@ def _bound_address_space(limits):
     not count shared mappings (mmap(-1, n) in Python): this bounds them. A limit may always be lowered; on the
     H200, CUDA's matrix products, a 1 GiB tensor on the GPU and pinned memory fitted in 4 GiB above it."""
     memory, held = limits.get("memory_bytes"), _vm_size()
-    if memory is None or not _gpu_nodes() or not held:  # held 0: no /proc to read it in; RLIMIT_DATA alone
+    if memory is None or not _GPU_NODES or not held:  # held 0: no /proc to read it in; RLIMIT_DATA alone
         return
     try:
         value = held + int(memory)
@@ -856,7 +852,7 @@ def _cuda_problem():
     (and where there are none). Asked before any student code runs and sent in the handshake, so that nothing a
     student writes can turn the grader's CUDA checks into skips, and no failure of the machine's (device nodes
     this uid may not open, a limit CUDA cannot start under) costs a student points (autograder/grade/checks.py)."""
-    if not _gpu_nodes() and "cuda" not in _REFUSE:
+    if not _GPU_NODES and "cuda" not in _REFUSE:
         return None
     try:
         _step("cuda")
