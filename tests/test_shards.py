@@ -165,6 +165,29 @@ def test_shards_merge_into_one_gradebook_laid_out_as_a_single_run(tmp_path):
     assert again.exit_code == 0 and gradebook_lines(merged) == gradebook_lines(single), again.output
 
 
+def test_a_shard_or_merge_run_again_after_a_kill_leaves_nothing_of_the_killed_writes(tmp_path):
+    """A shard killed while writing its manifest leaves `.shard.json.<random>` in its folder, a merge killed
+    halfway `.gradebook.csv.<random>` and the folder it was copying (`.<id>.merging`); run again, each removes
+    them, so that its folder holds what one run would have written."""
+    folder = make_class(tmp_path)
+    shard = tmp_path / "shard-0"
+    shard.mkdir()
+    (shard / ".shard.json.k1ll3d").write_text("half of a manifest")
+    outs = [shard] + [tmp_path / f"shard-{k}" for k in (1, 2)]
+    for k, out in enumerate(outs):
+        make_shard(folder, out, k, 3)
+    assert ".shard.json.k1ll3d" not in os.listdir(shard), "the killed manifest's beginning is still there"
+    merged = tmp_path / "merged"
+    (merged / ".ann.merging").mkdir(parents=True)
+    (merged / ".ann.merging" / "results.json").write_text("half a copy")
+    (merged / ".gone.merging").mkdir()  # an id that is in no shard any more
+    (merged / ".gradebook.csv.k1ll3d").write_text("half of a gradebook")
+    result = run("merge", *outs, "-o", merged)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in merged.iterdir()) == sorted(
+        [batch.output_folder(merged, i).name for i in IDS] + ["gradebook.csv"])
+
+
 def test_merge_refuses_shards_graded_differently_saying_what_and_where(tmp_path):
     outs = make_shards(tmp_path, 3)
     manifest = json.loads((outs[2] / "shard.json").read_text())

@@ -33,7 +33,8 @@ changed: the shard was not run again to the end), rows the shard was not
 assigned, and ids in two shards. It never guesses: either every shard is
 there, whole and alike, and OUT gets one gradebook (batch.COLUMNS, rows in
 grade-all's order) and a copy of every submission's folder, laid out as one
-grade-all run's OUT, or nothing is written.
+grade-all run's OUT, or nothing is written. A shard or a merge killed halfway and run again removes what the
+killed run had begun to write (autograder.files.remove_interrupted_writes).
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.files import write_atomic
+from autograder.files import remove_interrupted_writes, write_atomic
 from autograder.grade import batch
 from autograder.report.model import safe_line
 
@@ -140,6 +141,7 @@ def prepare(folder: Path, out: Path, k: int, n: int, *, force: bool = False, tim
                          **options)
     prints = planned[4]
     out.mkdir(parents=True, exist_ok=True)
+    remove_interrupted_writes(out / MANIFEST)  # a shard killed while writing its manifest left its beginning here
     write_atomic(out / MANIFEST, json.dumps({
         "format": FORMAT, "shard": k, "shards": n, **batch.versions(),
         "settings": batch._settings(timeout, call_timeout, options),
@@ -277,6 +279,19 @@ def _ids(ids, escape=True) -> str:
     return ", ".join(shown) + (f" and {len(ids) - 50} more" if len(ids) > 50 else "")
 
 
+def _remove_interrupted_merge(out: Path):
+    """Remove what a merge killed halfway left in `out`: the beginning of its gradebook (write_atomic's
+    `.gradebook.csv.*`) and the folder it was copying (`.<id>.merging`; no id starts with a dot, batch.discover)."""
+    remove_interrupted_writes(out / batch.GRADEBOOK)
+    for name in os.listdir(out):
+        if name.startswith(".") and name.endswith(".merging"):
+            staging = out / name
+            if stat.S_ISDIR(os.lstat(staging).st_mode):  # never a link followed
+                shutil.rmtree(staging)
+            else:
+                staging.unlink()
+
+
 def merge(outs, out: Path) -> Merged:
     """Merge the outputs of the N shards of one run into `out`: one gradebook (batch.COLUMNS, the rows in the
     order grade-all writes them) and a copy of every submission's folder, so that `out` is laid out as the OUT
@@ -297,6 +312,7 @@ def merge(outs, out: Path) -> Merged:
     shards, rows = check(outs)
     out.mkdir(parents=True, exist_ok=True)
     (out / batch.GRADEBOOK).unlink(missing_ok=True)  # a previous merge's: until the end, no gradebook
+    _remove_interrupted_merge(out)
     copied = 0
     for shard in shards:
         for sub_id, _ in shard.manifest["submissions"]:
