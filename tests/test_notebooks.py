@@ -347,6 +347,20 @@ def test_a_malformed_or_unparsable_cell_is_left_out_and_the_rest_is_read(cell):
     assert _run(source)["f"]() == 1
 
 
+def test_a_notebook_whose_cells_have_no_ids_is_read_without_a_warning(recwarn):
+    """Format 4.5 gave cells ids; a notebook written by hand or by an older tool often lacks them, and nbformat
+    warned about it in the instructor's terminal (MissingIDFieldWarning) at every such notebook of a class."""
+    from autograder.submission.notebooks import notebook_source
+
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None}
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+          "cells": [dict(cell, source="x = 1\n"), dict(cell, id="cell-0", source="y = 2\n"),
+                    dict(cell, source="def f():\n    return 1\n")]}
+    source = notebook_source(json.dumps(nb).encode(), "01_attention.ipynb")
+    assert _run(source)["f"]() == 1
+    assert [str(w.message)[:60] for w in recwarn] == [], "expected no warning"
+
+
 def test_a_notebook_nbformat_cannot_read_is_a_clear_error_of_its_module_alone():
     from autograder.submission.notebooks import notebook_source
 
