@@ -4,7 +4,9 @@ Each bomb below is a frame that the old format (torch.save read back with
 torch.load(weights_only=True)) decoded at a cost far above its size; the
 tests show first that the bomb is real (the old reader pays for it), then
 that `wire.decode` refuses it at once. The student side's `encode` is also
-checked to carry every legitimate answer unchanged.
+checked to carry every legitimate answer unchanged, and requests (the
+other way) to arrive as the grader sent them: views, shared storages,
+dtypes, devices and tuples.
 """
 from __future__ import annotations
 
@@ -166,3 +168,55 @@ def test_a_tensor_costs_its_own_bytes_and_no_more():
     assert len(data) < t.numel() * 4 + 4096
     outcome, cost = decode_cost(data)
     assert outcome == "decoded" and cost < 16  # one copy of the payload, the tensor a view of it
+
+
+# -- requests: what the grader sends arrives as it was sent -------------------------------------------
+def request_round_trip(obj):
+    return wire.decode_request(wire.encode_request(obj))
+
+
+def test_a_request_keeps_views_strides_and_offsets():
+    """The graders send non-contiguous views on purpose (merge_heads of a split's transposed output): a request
+    delivers them as views with the same strides and offsets, as torch.load did, never made contiguous."""
+    base = torch.arange(24.0).reshape(2, 3, 4)  # (B, T, C)
+    sent = [base.transpose(1, 2), base[:, 1:], base.reshape(2, 3, 2, 2).transpose(1, 2)]  # (B, H, T, d_k)
+    got = request_round_trip({"args": sent})["args"]
+    for want, view in zip(sent, got):
+        assert torch.equal(view, want)
+        assert (view.stride(), view.storage_offset(), view.is_contiguous()) == \
+            (want.stride(), want.storage_offset(), want.is_contiguous())
+
+
+def test_tensors_that_share_memory_in_a_request_still_share_it():
+    """Two arguments that are views of one tensor (K = V in the worked examples) arrive as views of one storage:
+    writing through one shows in the other, as it would in the student's own notebook."""
+    key = torch.eye(2)
+    got = request_round_trip({"args": [key, key, key[0]], "other": torch.eye(2)})
+    k, v, row = got["args"]
+    k[0, 1] = 7.0
+    assert v[0, 1] == 7.0 and row[1] == 7.0, "expected the three views to share one storage"
+    assert got["other"][0, 1] == 0.0, "expected a tensor of its own to stay apart"
+
+
+def test_a_request_carries_dtypes_devices_tuples_meta_tensors_and_scalars():
+    sent = {"op": "to", "dtype": torch.float64, "device": torch.device("meta"), "shape": (2, (3, 4)),
+            "meta": torch.empty(3, 2, device="meta").t(), "mask": torch.ones(3, 3, dtype=torch.bool).tril(),
+            "empty": torch.empty(0, 5), "values": [None, True, 3, 2.5, "attention"],
+            "grad": torch.ones(2, requires_grad=True)}
+    got = request_round_trip(sent)
+    assert got["dtype"] is torch.float64 and got["device"] == torch.device("meta")
+    assert got["shape"] == (2, (3, 4)) and isinstance(got["shape"][1], tuple)
+    assert (got["meta"].device.type, got["meta"].shape, got["meta"].stride()) == ("meta", (2, 3), (1, 2))
+    assert got["mask"].dtype == torch.bool and torch.equal(got["mask"], sent["mask"])
+    assert got["empty"].shape == (0, 5) and got["values"] == sent["values"]
+    assert got["grad"].requires_grad and not got["mask"].requires_grad
+
+
+def test_a_request_refuses_what_it_cannot_carry():
+    """A grader that sends something the format has no place for fails at once, in the trusted process."""
+    with pytest.raises(TypeError, match="cannot carry a object"):
+        wire.encode_request({"args": [object()]})
+    with pytest.raises(TypeError, match="cannot carry a sparse"):
+        wire.encode_request({"args": [torch.eye(2).to_sparse()]})
+    with pytest.raises(TypeError, match="keys must be strings"):
+        wire.encode_request({"args": {1: 2}})

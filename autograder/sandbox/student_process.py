@@ -38,9 +38,10 @@ done and before any submission file is touched: {"ready": true, ...} or
 {"ready": false, "error": why}; a process that dies before it is the
 grader's failure, not the student's. On a machine with GPU nodes the process
 starts CUDA before it, and says in it whether it could ("cuda_problem"):
-where it could not, the CUDA checks are skipped, never failed. Requests are
-written with torch.save and read here with torch.load(weights_only=True); answers are written in
-autograder/sandbox/wire.py's format (JSON and raw tensor bytes, no pickle), which the
+where it could not, the CUDA checks are skipped, never failed. Requests and
+answers travel in autograder/sandbox/wire.py's frames (JSON and raw tensor
+bytes, no pickle): a request as the grader wrote it (views, shared storages,
+dtypes: `decode_request`), an answer in the answers' format, which the
 parent checks against the frame's size, so only plain tensors and plain
 containers can come back, at a cost bounded by what was sent.
 """
@@ -48,7 +49,6 @@ import ctypes
 import errno
 import importlib
 import importlib.util
-import io
 import json
 import os
 import resource
@@ -588,7 +588,6 @@ except BaseException as _exc:  # MemoryError under a small memory limit, a broke
 torch.set_num_threads(1)
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
-_load = torch.load
 _Tensor = torch.Tensor
 _Parameter = nn.Parameter
 
@@ -622,7 +621,7 @@ def _recv():
             sys.exit(0)
         parts.append(chunk)
         left -= len(chunk)
-    return _load(io.BytesIO(b"".join(parts)), weights_only=True)
+    return _wire.decode_request(b"".join(parts))
 
 
 def _send(obj):

@@ -30,6 +30,19 @@ Refused with that description: the student's answer, not a grader error.
 
 `encode` runs in the student process, so nothing in `decode` trusts it:
 a frame that breaks any rule raises Malformed.
+
+Requests, from the trusted side to the student process, travel in the same
+frame (`encode_request`, `decode_request`), with what a request must carry
+as sent and an answer must never bring: a tensor is a view
+{"__view__": [storage, dtype, shape, stride, storage offset, requires grad]}
+of one of the frame's storages ("__storages__": [offset, nbytes, device]
+each), so that the graders' non-contiguous views stay non-contiguous and
+two tensors that share memory still share it; torch dtypes, devices and
+tuples are {"__dtype__": name}, {"__device__": name} and {"__tuple__":
+[...]}. The student process reads what the grader wrote, so
+`decode_request` checks nothing: torch.load(weights_only=True), which read
+requests before, took ~320 us to read a request of three small tensors,
+this ~25 us (its unpickler is pure Python).
 """
 from __future__ import annotations
 
@@ -102,6 +115,98 @@ def encode(obj) -> bytes:
 
     header = json.dumps(walk(obj)).encode()
     return struct.pack(">Q", len(header)) + header + b"".join(chunks)
+
+
+# -- requests: from the trusted side to the student process -------------------------------------------------
+def encode_request(obj) -> bytes:
+    """The frame body for a request: containers, scalars, strings, tensors (as views of their storages), torch
+    dtypes and devices. TypeError for anything else (a grader's mistake, never the student's)."""
+    torch = _torch()
+    chunks, size, storages, index = [], 0, [], {}
+
+    def storage(t):
+        nonlocal size
+        st = t.untyped_storage()
+        key = (st.data_ptr(), st.nbytes(), str(t.device))
+        if key not in index:
+            data = st if t.device.type == "cpu" else st.cpu()
+            pad = -size % ALIGN
+            if pad:
+                chunks.append(b"\0" * pad)
+                size += pad
+            if data.nbytes():
+                chunks.append(ctypes.string_at(data.data_ptr(), data.nbytes()))
+            index[key] = len(storages)
+            storages.append([size, data.nbytes(), str(t.device)])
+            size += data.nbytes()
+        return index[key]
+
+    def walk(value):
+        if isinstance(value, torch.Tensor):
+            if value.layout != torch.strided or value.is_quantized:
+                raise TypeError(f"a request cannot carry a {_name(value.layout)} tensor")
+            t = value.detach().resolve_conj().resolve_neg()
+            if t.device.type == "meta":
+                return {"__meta__": [_name(t.dtype), list(t.shape), list(t.stride())]}
+            return {"__view__": [storage(t), _name(t.dtype), list(t.shape), list(t.stride()), t.storage_offset(),
+                                 value.requires_grad]}
+        if isinstance(value, torch.dtype):
+            return {"__dtype__": _name(value)}
+        if isinstance(value, torch.device):
+            return {"__device__": str(value)}
+        if isinstance(value, tuple):
+            return {"__tuple__": [walk(v) for v in value]}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if isinstance(value, dict):
+            if not all(isinstance(k, str) for k in value):
+                raise TypeError("a request's dict keys must be strings")
+            return {k: walk(v) for k, v in value.items()}
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        raise TypeError(f"a request cannot carry a {type(value).__qualname__}")
+
+    body = walk(obj)
+    header = json.dumps({"__storages__": storages, "body": body}).encode()
+    return struct.pack(">Q", len(header)) + header + b"".join(chunks)
+
+
+def decode_request(data: bytes):
+    """The request that encode_request wrote (in the student process: it trusts the frame)."""
+    torch = _torch()
+    (size,) = struct.unpack(">Q", data[:8])
+    header = json.loads(data[8:8 + size])
+    buffer = bytearray(memoryview(data)[8 + size:])  # writable: the tensors are views of it, as torch.load's are
+    storages = []
+    for offset, nbytes, device in header["__storages__"]:
+        raw = torch.frombuffer(buffer, dtype=torch.uint8, count=nbytes, offset=offset) if nbytes else \
+            torch.empty(0, dtype=torch.uint8)
+        storages.append((raw if device == "cpu" else raw.to(device)).untyped_storage())
+
+    def walk(value):
+        if isinstance(value, dict):
+            if len(value) == 1:
+                (key, spec), = value.items()
+                if key == "__view__":
+                    index, dtype, shape, stride, offset, grad = spec
+                    st = storages[index]
+                    t = torch.empty(0, dtype=getattr(torch, dtype), device=st.device).set_(st, offset, shape, stride)
+                    return t.requires_grad_() if grad else t
+                if key == "__meta__":
+                    dtype, shape, stride = spec
+                    return torch.empty_strided(shape, stride, dtype=getattr(torch, dtype), device="meta")
+                if key == "__dtype__":
+                    return getattr(torch, spec)
+                if key == "__device__":
+                    return torch.device(spec)
+                if key == "__tuple__":
+                    return tuple(walk(v) for v in spec)
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return value
+
+    return walk(header["body"])
 
 
 # -- the trusted side ----------------------------------------------------------
