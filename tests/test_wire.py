@@ -220,3 +220,11 @@ def test_a_request_refuses_what_it_cannot_carry():
         wire.encode_request({"args": [torch.eye(2).to_sparse()]})
     with pytest.raises(TypeError, match="keys must be strings"):
         wire.encode_request({"args": {1: 2}})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (none on this machine)")
+def test_a_request_keeps_a_cuda_view_on_its_device_and_sharing_its_storage():
+    base = torch.arange(24.0, device="cuda").reshape(2, 3, 4)
+    view, row = request_round_trip({"args": [base.transpose(1, 2), base[0, 1]]})["args"]
+    assert view.device == base.device and torch.equal(view.cpu(), base.transpose(1, 2).cpu())
+    assert view.stride() == (12, 1, 4) and view.untyped_storage().data_ptr() == row.untyped_storage().data_ptr()
