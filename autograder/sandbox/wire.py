@@ -176,10 +176,11 @@ def decode_request(data: bytes):
     torch = _torch()
     (size,) = struct.unpack(">Q", data[:8])
     header = json.loads(data[8:8 + size])
-    buffer = bytearray(memoryview(data)[8 + size:])  # writable: the tensors are views of it, as torch.load's are
+    buffer = bytearray(memoryview(data)[8 + size:])  # writable, as torch.frombuffer wants
     storages = []
     for offset, nbytes, device in header["__storages__"]:
-        raw = torch.frombuffer(buffer, dtype=torch.uint8, count=nbytes, offset=offset) if nbytes else \
+        # a storage of its own (cloned), as torch.load gave: resizable, and no view of the frame's buffer
+        raw = torch.frombuffer(buffer, dtype=torch.uint8, count=nbytes, offset=offset).clone() if nbytes else \
             torch.empty(0, dtype=torch.uint8)
         storages.append((raw if device == "cpu" else raw.to(device)).untyped_storage())
 
