@@ -59,9 +59,18 @@ def _replace(text, old, new):
     return text.replace(old, new)
 
 
-def composed_submission(folder, bug=None, mha_bug=False):
+SLOW_FIRST_ROUND = ("""        B, T, _ = x.shape
+        q, k, v = (split_heads""", """        self.passes = getattr(self, "passes", 0) + 1
+        if 2 < self.passes <= 22:  # the speed check's warm-up is 2 passes, its first timed round 20
+            time.sleep(0.005)
+        B, T, _ = x.shape
+        q, k, v = (split_heads""")
+
+
+def composed_submission(folder, bug=None, mha_bug=False, slow_first_round=False):
     """The reference, with an mha.py that calls the student's own attention, heads and masks; `bug`: a fault
-    planted in that part."""
+    planted in that part; `slow_first_round`: the fused module sleeps 5 ms a pass in the first timed round of the
+    speed check (each instance counts its passes)."""
     folder.mkdir()
     for path in SOLUTIONS.glob("*.py"):
         text = path.read_text(encoding="utf-8")
@@ -71,6 +80,9 @@ def composed_submission(folder, bug=None, mha_bug=False):
             text = _replace(text, *FUSED_FORWARD)
             if mha_bug:
                 text = _replace(text, *MHA_OWN_BUG)
+            if slow_first_round:
+                text = _replace(text, *SLOW_FIRST_ROUND)
+                text = _replace(text, "import math\n", "import math\nimport time\n")
         if path.stem == bug:
             text = _replace(text, *BUGS[bug])
         (folder / path.name).write_text(text, encoding="utf-8")
@@ -115,6 +127,20 @@ def test_speed_is_graded_for_an_mha_that_inherits_a_fault(tmp_path, warm_servers
     assert set(speed) == {"test_fused_faster_than_reference_stacked", "test_fused_close_to_reference_fused"}
     for t in speed.values():
         assert t.status == "passed" and "attention.py" in t.message, (t.id, t.status, t.message[:300])
+
+
+def test_an_excused_mha_is_timed_over_rounds_as_a_correct_one_not_by_its_first_round(tmp_path, warm_servers):
+    """The timing stops at the first round whose outputs differ from the reference's; when the student's faulty
+    part explains them, that one round alone used to decide the speed, and a busy moment failed a fast module
+    (seen under the suite's load). Such a module is timed again as a correct one is, over rounds and tries: here
+    its first timed round sleeps 5 ms a pass (~2x the reference stacked module's time), the rest run at speed."""
+    report = grade(composed_submission(tmp_path / "slow", bug="attention", slow_first_round=True), call_timeout=10.0,
+                   select="faster_than or close_to_reference", servers=warm_servers)
+    speed = {t.id: t for t in report.tests}
+    assert set(speed) == {"test_fused_faster_than_reference_stacked", "test_fused_close_to_reference_fused"}
+    for t in speed.values():
+        assert t.status == "passed" and "attention.py" in t.message, (t.id, t.status, t.message[:300])
+        assert t.data["timing"]["rounds"] > 1, f"expected more than the first round timed, got {t.data['timing']}"
 
 
 def test_an_mha_with_a_fault_of_its_own_still_loses_points(tmp_path, warm_servers):

@@ -290,7 +290,8 @@ def did_the_work(outputs, reference, xs, mismatched=None):
     return ok
 
 
-def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, enough=None) -> Measurement:
+def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, enough=None,
+            stop_on_mismatch=True) -> Measurement:
     """Interleaved rounds of the student's fused module and the two reference modules.
 
     The student's block includes one round trip to its process; each
@@ -306,8 +307,10 @@ def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, e
     run (autograder/sandbox/batchlock.py) the whole measurement holds the batch's
     lock, with every other submission's process tree stopped. A try ends
     after the first round whose outputs differ from the reference (nothing
-    can pass then), or, given `enough` (a predicate on a Measurement, as
-    `passes`), once the figures of MIN_ROUNDS or more rounds satisfy it.
+    can pass then; unless `stop_on_mismatch` is false: the outputs of a
+    module excused by the student's own faulty parts, `remeasure_excused`),
+    or, given `enough` (a predicate on a Measurement, as `passes`), once the
+    figures of MIN_ROUNDS or more rounds satisfy it.
     """
     secret = new_secret() if secret is None else secret
     stacked, fused = reference_modules(device)
@@ -334,7 +337,7 @@ def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, e
                     details.append(stop.why())
                     continue
                 best = [min(b, t) for b, t in zip(best, (student, ref_stacked, ref_fused, trip))]
-                if r < rounds and (not verified or enough is not None and r >= MIN_ROUNDS and enough(
+                if r < rounds and (not verified and stop_on_mismatch or enough is not None and r >= MIN_ROUNDS and enough(
                         _figures(best, reps, device, verified, secret, r, discarded, details, load))):
                     rounds = r  # decided: wrong outputs fail whatever the times; or the figures already pass
                     break
@@ -360,9 +363,15 @@ def passes(m: Measurement) -> bool:
     return m.verified and m.vouched and m.fast_enough and m.close_to_reference
 
 
-def measure_until(fused_remote, passes=passes, device="cpu", retries=RETRIES) -> Measurement:
+def times_pass(m: Measurement) -> bool:
+    """The figures pass both checks, whatever the outputs (for a module whose outputs were excused)."""
+    return m.vouched and m.fast_enough and m.close_to_reference
+
+
+def measure_until(fused_remote, passes=passes, device="cpu", retries=RETRIES, stop_on_mismatch=True) -> Measurement:
     """Measure; while `passes` is false, measure more, at most `retries` times in all (none after a try whose
-    outputs differed from the reference's: `verified` only ever turns false).
+    outputs differed from the reference's, `verified` only ever turning false, unless `stop_on_mismatch` is
+    false).
 
     The tries accumulate: each module keeps its best time over all rounds so
     far, so a retry sharpens every figure (the references' too) instead of
@@ -373,7 +382,7 @@ def measure_until(fused_remote, passes=passes, device="cpu", retries=RETRIES) ->
     """
     result = None
     for _ in range(retries):
-        m = measure(fused_remote, device, enough=passes)
+        m = measure(fused_remote, device, enough=passes, stop_on_mismatch=stop_on_mismatch)
         if result is not None:
             m = Measurement(min(m.student_fused, result.student_fused),
                             min(m.reference_stacked, result.reference_stacked),
@@ -383,8 +392,8 @@ def measure_until(fused_remote, passes=passes, device="cpu", retries=RETRIES) ->
                             details=result.details + m.details, mismatched=result.mismatched + m.mismatched,
                             neighbours=max(result.neighbours, m.neighbours), load_s=result.load_s + m.load_s)
         result = m
-        if passes(result) or not result.verified:  # wrong outputs are no noise: another try cannot undo them
-            break
+        if passes(result) or not result.verified and stop_on_mismatch:  # wrong outputs are no noise: another try
+            break  # cannot undo them
     return result
 
 
@@ -397,5 +406,18 @@ def grade_speedup(student, device="cpu") -> Measurement:
     if key not in _measured:
         remote = build_fused(student, device)
         _measured[key] = measure_until(remote, device=device)
+        _measured[key].module = remote
+    return _measured[key]
+
+
+def remeasure_excused(student, device="cpu") -> Measurement:
+    """The measurement of a module whose outputs differ from the reference's only by the student's own faulty
+    parts (graders/blame.py excused them), taken as a correct module's is: its rounds and retries, not the one
+    round after which grade_speedup stopped (a single round, on a busy machine, failed a fast module). Every
+    mismatched pass is kept in `mismatched`, for the grader to excuse again. Once per student process."""
+    key = (id(student), device, "excused")
+    if key not in _measured:
+        remote = grade_speedup(student, device).module
+        _measured[key] = measure_until(remote, passes=times_pass, device=device, stop_on_mismatch=False)
         _measured[key].module = remote
     return _measured[key]
