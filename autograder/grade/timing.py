@@ -337,8 +337,9 @@ def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, e
                     details.append(stop.why())
                     continue
                 best = [min(b, t) for b, t in zip(best, (student, ref_stacked, ref_fused, trip))]
-                if r < rounds and (not verified and stop_on_mismatch or enough is not None and r >= MIN_ROUNDS and enough(
-                        _figures(best, reps, device, verified, secret, r, discarded, details, load))):
+                if r < rounds and ((not verified and stop_on_mismatch) or enough is not None and r >= MIN_ROUNDS
+                                   and enough(_figures(best, reps, device, verified, secret, r, discarded, details,
+                                                       load))):
                     rounds = r  # decided: wrong outputs fail whatever the times; or the figures already pass
                     break
         finally:
@@ -392,8 +393,8 @@ def measure_until(fused_remote, passes=passes, device="cpu", retries=RETRIES, st
                             details=result.details + m.details, mismatched=result.mismatched + m.mismatched,
                             neighbours=max(result.neighbours, m.neighbours), load_s=result.load_s + m.load_s)
         result = m
-        if passes(result) or not result.verified and stop_on_mismatch:  # wrong outputs are no noise: another try
-            break  # cannot undo them
+        if passes(result) or (not result.verified and stop_on_mismatch):  # wrong outputs are no noise: no try
+            break  # can undo them
     return result
 
 

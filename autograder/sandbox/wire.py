@@ -78,14 +78,37 @@ def _torch():
     return torch
 
 
+class _Payload:
+    """The raw bytes after a frame's header: blocks of memory, each starting at a multiple of ALIGN."""
+
+    def __init__(self):
+        self.chunks, self.size = [], 0
+
+    def add(self, address, nbytes) -> int:
+        """Append the `nbytes` bytes at `address`; their offset in the payload."""
+        pad = -self.size % ALIGN
+        if pad:
+            self.chunks.append(b"\0" * pad)
+            self.size += pad
+        offset = self.size
+        if nbytes:
+            self.chunks.append(ctypes.string_at(address, nbytes))
+            self.size += nbytes
+        return offset
+
+    def frame(self, header) -> bytes:
+        """The frame body: the header's size, the header (JSON), the payload."""
+        header = json.dumps(header).encode()
+        return struct.pack(">Q", len(header)) + header + b"".join(self.chunks)
+
+
 # -- the student side ----------------------------------------------------------
 def encode(obj) -> bytes:
     """The frame body for an answer made of plain containers, scalars and tensors."""
     torch = _torch()
-    chunks, size = [], 0
+    payload = _Payload()
 
     def tensor(t):
-        nonlocal size
         if t.device.type == "meta" and t.layout == torch.strided:  # shape and dtype, no data: costs nothing
             return {"__meta__": [_name(t.dtype), list(t.shape)]}
         if t.layout != torch.strided or t.is_quantized or t.device.type not in ("cpu", "cuda"):
@@ -94,14 +117,7 @@ def encode(obj) -> bytes:
         device = str(t.device)
         t = t.detach().to("cpu").resolve_conj().resolve_neg().contiguous()
         nbytes = t.numel() * t.element_size()
-        pad = -size % ALIGN
-        if pad:
-            chunks.append(b"\0" * pad)
-            size += pad
-        offset = size
-        if nbytes:
-            chunks.append(ctypes.string_at(t.data_ptr(), nbytes))
-            size += nbytes
+        offset = payload.add(t.data_ptr(), nbytes)
         return {"__tensor__": [_name(t.dtype), list(t.shape), offset, nbytes, device]}
 
     def walk(value):
@@ -113,8 +129,7 @@ def encode(obj) -> bytes:
             return [walk(v) for v in value]
         return value
 
-    header = json.dumps(walk(obj)).encode()
-    return struct.pack(">Q", len(header)) + header + b"".join(chunks)
+    return payload.frame(walk(obj))
 
 
 # -- requests: from the trusted side to the student process -------------------------------------------------
@@ -122,23 +137,15 @@ def encode_request(obj) -> bytes:
     """The frame body for a request: containers, scalars, strings, tensors (as views of their storages), torch
     dtypes and devices. TypeError for anything else (a grader's mistake, never the student's)."""
     torch = _torch()
-    chunks, size, storages, index = [], 0, [], {}
+    payload, storages, index = _Payload(), [], {}
 
     def storage(t):
-        nonlocal size
         st = t.untyped_storage()
-        key = (st.data_ptr(), st.nbytes(), str(t.device))
+        key = (st.data_ptr(), st.nbytes(), str(t.device))  # views of one storage share its entry
         if key not in index:
             data = st if t.device.type == "cpu" else st.cpu()
-            pad = -size % ALIGN
-            if pad:
-                chunks.append(b"\0" * pad)
-                size += pad
-            if data.nbytes():
-                chunks.append(ctypes.string_at(data.data_ptr(), data.nbytes()))
             index[key] = len(storages)
-            storages.append([size, data.nbytes(), str(t.device)])
-            size += data.nbytes()
+            storages.append([payload.add(data.data_ptr(), data.nbytes()), data.nbytes(), str(t.device)])
         return index[key]
 
     def walk(value):
@@ -167,8 +174,7 @@ def encode_request(obj) -> bytes:
         raise TypeError(f"a request cannot carry a {type(value).__qualname__}")
 
     body = walk(obj)
-    header = json.dumps({"__storages__": storages, "body": body}).encode()
-    return struct.pack(">Q", len(header)) + header + b"".join(chunks)
+    return payload.frame({"__storages__": storages, "body": body})
 
 
 def decode_request(data: bytes):
