@@ -43,6 +43,7 @@ from autograder import MODULES
 
 from autograder.paths import ASSIGNMENTS, GRADERS as GRADERS_DIR, KIT as ROOT, PACKAGE, README as KIT_README
 from autograder.paths import SOLUTIONS as SOLUTIONS_DIR, STUDENT_TEMPLATE as TEMPLATE_DIR
+from autograder.submission.notebooks import load_nbformat
 
 ASSIGNMENT = "mha"
 ASSIGNMENT_DIR = ASSIGNMENTS / ASSIGNMENT
@@ -417,15 +418,11 @@ speed): passing the public checks is a good start, not a grade.
 
 def _dump(nb) -> str:
     """A notebook as nbformat writes it."""
-    import nbformat
-
-    return nbformat.writes(nb)
+    return load_nbformat().writes(nb)
 
 
 def _load(text: str):
-    import nbformat
-
-    return nbformat.reads(text, as_version=4)
+    return load_nbformat().reads(text, as_version=4)
 
 
 def module_cell(nb: dict, module: str) -> dict:

@@ -411,3 +411,26 @@ def test_a_module_cell_the_parser_cannot_hold_or_without_text_says_so():
 
     with pytest.raises(ImportError, match="cell 1 of 01_attention.ipynb has no text as its source"):
         _run(notebook_source(json.dumps(nb).encode(), "01_attention.ipynb"))
+
+
+def test_the_kit_reads_notebooks_without_building_jsonschemas_iri_grammar():
+    """Reading a notebook costs a grading nbformat's import, not the ~0.9 s that rfc3987-syntax (an optional
+    checker of jsonschema's, which nbformat imports) spends building its grammar: the kit's nbformat
+    (autograder.submission.notebooks.load_nbformat) leaves it out, and still reads and validates notebooks."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, json\n{load}\n"
+             "nb = nbformat.reads(json.dumps(nbformat.v4.new_notebook()), as_version=4)\n"
+             "nbformat.validate(nb)\n"
+             "print(json.dumps(sorted(m for m in ('rfc3987_syntax', 'lark') if sys.modules.get(m))))")
+    plain = subprocess.run([sys.executable, "-c", probe.format(load="import nbformat")], capture_output=True,
+                           text=True, check=True)
+    if json.loads(plain.stdout) == []:
+        pytest.skip("rfc3987-syntax is not installed here: importing nbformat builds no grammar to leave out")
+    kits = subprocess.run([sys.executable, "-c", probe.format(
+        load="from autograder.submission.notebooks import load_nbformat\nnbformat = load_nbformat()")],
+        capture_output=True, text=True, check=True)
+    assert json.loads(kits.stdout) == [], (f"expected the kit's nbformat to import neither rfc3987_syntax nor "
+                                           f"lark (plain nbformat imports {plain.stdout.strip()}), got "
+                                           f"{kits.stdout.strip()}")

@@ -31,6 +31,7 @@ from pathlib import Path
 from autograder.grade.engine import LazyServers, grade
 from autograder.release import ASSIGNMENT, NOTEBOOKS, nbgrader_env
 from autograder.scoring import fmt
+from autograder.submission.notebooks import load_nbformat
 
 MARKER = "Hidden graders (mha kit):"  # how the comment the kit writes begins, before the score it wrote
 
@@ -97,6 +98,7 @@ def _exact_total(gb, assignment, student, written, want):
 
 def known_assignments(course: Path) -> list[str]:
     """The assignments the course's gradebook knows."""
+    load_nbformat()  # before nbgrader imports it
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{Path(course) / 'gradebook.db'}") as gb:
@@ -117,6 +119,7 @@ def sync_course(course: Path, assignment: str = ASSIGNMENT, students=None, *, ov
     (autograder.grade.engine.LazyServers, as `grade-all` does), started by
     the first grading that runs graders; cold gradings where they cannot start.
     """
+    load_nbformat()  # before nbgrader imports it
     from nbgrader.api import Gradebook, MissingEntry
 
     from autograder.sandbox.errors import GraderUnavailable

@@ -23,6 +23,7 @@ import ast
 import builtins
 import json
 import re
+import sys
 from pathlib import Path
 
 from autograder import MODULES
@@ -32,6 +33,21 @@ NOTEBOOK_NAME = re.compile(r"^(?:\d+[_-])?(?P<module>[a-z]+)$")
 _KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 # Packages that only draw or display: their imports are left out with the plots that use them.
 DISPLAY_ONLY = ("matplotlib", "seaborn", "IPython", "plotly", "ipywidgets")
+
+
+def load_nbformat():
+    """nbformat, imported without a grammar that nothing of the kit's uses: the kit's one way to import it.
+
+    nbformat imports jsonschema, which imports rfc3987-syntax (it comes with the notebook stack, for
+    jsonschema's optional "iri" format checks) when it can. That module builds 38 Lark parsers as it is
+    imported: ~0.9 s of CPU, nine tenths of importing nbformat, paid by every grading of a notebook before
+    its processes start. Neither nbformat's validation nor nbgrader's gradebook checks string formats, so the
+    kit's processes leave it out, as if it were not installed (jsonschema then checks no "iri" format).
+    Where jsonschema is imported already, nothing changes."""
+    sys.modules.setdefault("rfc3987_syntax", None)  # `import rfc3987_syntax` raises ImportError, which jsonschema expects
+    import nbformat
+
+    return nbformat
 
 
 def _is_display_import(node) -> bool:
@@ -327,8 +343,7 @@ def notebook_source(data: bytes, name: str) -> str:
         raw = json.loads(text)
         too_long = _empty_long_cells(raw)
         renamed = _give_cells_ids(raw)
-        import nbformat  # here, not at the top: importing it costs ~2 s, and most submissions hold no notebook
-
+        nbformat = load_nbformat()  # here, not at the top: most submissions hold no notebook
         nb = nbformat.reads(json.dumps(raw) if too_long or renamed else text, as_version=4)
     except Exception as exc:  # nbformat raises many kinds of errors on a broken file
         raise ValueError(f"{name} is not a readable notebook: {type(exc).__name__}: {str(exc)[:300]}") from None
