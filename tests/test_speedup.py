@@ -9,6 +9,7 @@ does); these gradings go through the session's warm servers, as a class
 run's do.
 """
 import pytest
+import torch
 
 from autograder.grade import timing
 from autograder.grade.engine import grade
@@ -236,3 +237,34 @@ def test_a_run_delay_longer_than_the_block_leaves_the_threads_time_on_a_cpu(monk
     assert len(outputs) == 4
     assert seconds >= 0.002, f"expected at least the thread's 2 ms on a CPU per pass to count, got {seconds * 1e3:.3f} ms"
     assert waited >= 0
+
+
+@pytest.mark.parametrize("seed", [0, 123, 2**52 - 1])
+def test_the_graders_seed_draws_what_torch_manual_seed_draws_on_the_cpu(seed):
+    """checks.manual_seed seeds the CPU as torch.manual_seed does: the reference modules built after it, and
+    every draw, are the same."""
+    from autograder.grade.checks import manual_seed
+
+    torch.manual_seed(seed)
+    expected = (torch.nn.Linear(3, 4).weight.detach().clone(), torch.rand(5), torch.initial_seed())
+    manual_seed(seed)
+    got = (torch.nn.Linear(3, 4).weight.detach().clone(), torch.rand(5), torch.initial_seed())
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1]) and got[2] == expected[2], (
+        f"after checks.manual_seed({seed}) expected the draws of torch.manual_seed({seed}), got others")
+
+
+def test_the_graders_seed_queues_nothing_for_devices_that_have_not_started():
+    """torch.manual_seed queues its seed for CUDA not started, with a stack trace of its caller (~0.35 ms at the
+    depth of a check): checks.manual_seed seeds CUDA only once it runs, where no lazy seed is needed."""
+    from autograder.grade.checks import manual_seed
+
+    tracker = getattr(torch.cuda, "_lazy_seed_tracker", None)
+    slot = next((s for s in ("manual_seed_all_cb", "manual_seed_for_all_devices") if hasattr(tracker, s)), None)
+    if slot is None or torch.cuda.is_initialized():
+        pytest.skip("this torch keeps no lazy CUDA seed to look at, or CUDA has started in this process")
+    setattr(tracker, slot, None)
+    torch.manual_seed(5)
+    assert getattr(tracker, slot) is not None, "expected torch.manual_seed to queue a CUDA seed here"
+    setattr(tracker, slot, None)
+    manual_seed(5)
+    assert getattr(tracker, slot) is None, "expected checks.manual_seed to queue no CUDA seed"

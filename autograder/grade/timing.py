@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from autograder.grade.checks import manual_seed
 from autograder.sandbox import batchlock, freeze, wire
 from autograder.sandbox.freeze import frozen
 
@@ -176,7 +177,7 @@ def new_secret() -> int:
 
 def reference_modules(device="cpu"):
     s = SIZES
-    torch.manual_seed(0)
+    manual_seed(0)
     stacked = ref.StackedMultiHeadAttention(s["d_in"], s["head_dim"], s["tokens"], 0.0, s["num_heads"])
     fused = ref.MultiHeadAttention(s["d_in"], s["num_heads"] * s["head_dim"], s["tokens"], 0.0, s["num_heads"])
     return stacked.eval().to(device), fused.eval().to(device)
