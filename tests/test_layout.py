@@ -183,7 +183,7 @@ LAYERS = [
       "autograder.sandbox.client", "autograder.sandbox.student_process", "autograder.sandbox.wire",
       "autograder.sandbox.landlock", "autograder.sandbox.forkserver", "autograder.sandbox.diskguard",
       "autograder.sandbox.freeze", "autograder.sandbox.batchlock", "autograder.sandbox.selfcheck",
-      "autograder.sandbox.lazy_dynamo"}),
+      "autograder.sandbox.lazy_dynamo", "autograder.sandbox.seeding"}),
     ("the report: the model and its formats",
      {"autograder.report", "autograder.report.model", "autograder.report.ci", "autograder.report.html",
       "autograder.report.formats"}),

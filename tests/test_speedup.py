@@ -240,23 +240,23 @@ def test_a_run_delay_longer_than_the_block_leaves_the_threads_time_on_a_cpu(monk
 
 
 @pytest.mark.parametrize("seed", [0, 123, 2**52 - 1])
-def test_the_graders_seed_draws_what_torch_manual_seed_draws_on_the_cpu(seed):
-    """checks.manual_seed seeds the CPU as torch.manual_seed does: the reference modules built after it, and
+def test_the_kits_seed_draws_what_torch_manual_seed_draws_on_the_cpu(seed):
+    """seeding.manual_seed seeds the CPU as torch.manual_seed does: the reference modules built after it, and
     every draw, are the same."""
-    from autograder.grade.checks import manual_seed
+    from autograder.sandbox.seeding import manual_seed
 
     torch.manual_seed(seed)
     expected = (torch.nn.Linear(3, 4).weight.detach().clone(), torch.rand(5), torch.initial_seed())
     manual_seed(seed)
     got = (torch.nn.Linear(3, 4).weight.detach().clone(), torch.rand(5), torch.initial_seed())
     assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1]) and got[2] == expected[2], (
-        f"after checks.manual_seed({seed}) expected the draws of torch.manual_seed({seed}), got others")
+        f"after seeding.manual_seed({seed}) expected the draws of torch.manual_seed({seed}), got others")
 
 
-def test_the_graders_seed_queues_nothing_for_devices_that_have_not_started():
+def test_the_kits_seed_queues_nothing_for_devices_that_have_not_started():
     """torch.manual_seed queues its seed for CUDA not started, with a stack trace of its caller (~0.35 ms at the
-    depth of a check): checks.manual_seed seeds CUDA only once it runs, where no lazy seed is needed."""
-    from autograder.grade.checks import manual_seed
+    depth of a check): seeding.manual_seed seeds CUDA only once it runs, where no lazy seed is needed."""
+    from autograder.sandbox.seeding import manual_seed
 
     tracker = getattr(torch.cuda, "_lazy_seed_tracker", None)
     slot = next((s for s in ("manual_seed_all_cb", "manual_seed_for_all_devices") if hasattr(tracker, s)), None)
@@ -267,4 +267,4 @@ def test_the_graders_seed_queues_nothing_for_devices_that_have_not_started():
     assert getattr(tracker, slot) is not None, "expected torch.manual_seed to queue a CUDA seed here"
     setattr(tracker, slot, None)
     manual_seed(5)
-    assert getattr(tracker, slot) is None, "expected checks.manual_seed to queue no CUDA seed"
+    assert getattr(tracker, slot) is None, "expected seeding.manual_seed to queue no CUDA seed"

@@ -37,16 +37,6 @@ def take_notes() -> str:
 needs_cuda = pytest.mark.skipif("not torch.cuda.is_available()", reason="needs CUDA (none on this machine)")
 
 
-def manual_seed(seed):
-    """torch.manual_seed(seed) for what the graders draw random numbers on: the CPU (the reference modules are
-    built there, then moved), and CUDA once it has started. torch.manual_seed also queues the seed for each of
-    CUDA, XPU and MTIA not started, with a stack trace of its caller: ~0.35 ms a call at the depth of a check,
-    for devices whose generators no grader uses. (autograder/sandbox/student_process.py: the student's.)"""
-    torch.random.default_generator.manual_seed(seed)
-    if torch.cuda.is_initialized():
-        torch.cuda.manual_seed_all(seed)
-
-
 def needs_student_cuda(student):
     """Skip a CUDA check where CUDA runs for the grader but not in the confined student process (device nodes
     its uid may not open, say), as that process found before any student code ran: the machine's failure, not

@@ -55,9 +55,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from autograder.grade.checks import manual_seed
 from autograder.sandbox import batchlock, freeze, wire
 from autograder.sandbox.freeze import frozen
+from autograder.sandbox.seeding import manual_seed
 
 from solutions import mha as ref
 

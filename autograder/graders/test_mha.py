@@ -7,6 +7,7 @@ from autograder.graders import blame
 from autograder.graders.common import (SEED_004_FUSED, SEED_004_INPUTS, SEED_004_STACKED, on_device_error,
                                        params_of, randn, seeded)
 from autograder.sandbox.errors import StudentError
+from autograder.sandbox.seeding import manual_seed
 from solutions import mha as ref
 
 # Operators that multiply matrices, as torch's dispatcher sees them.
@@ -20,7 +21,7 @@ MATMUL_OPS = {
 
 def build(student, name, *args, **kwargs):
     """The student's module `name`, holding the weights of the reference module built with the same args."""
-    checks.manual_seed(0)
+    manual_seed(0)
     reference = getattr(ref, name)(*args, **kwargs).eval()
     remote = student.new("mha", name, *args, **kwargs)
     remote.load(params_of(reference))
@@ -358,7 +359,7 @@ def test_fused_values(student):
 def test_fused_equals_stacked_with_same_head_weights(student):
     """MultiHeadAttention equals StackedMultiHeadAttention given the same per-head weights and Wo = identity"""
     d_in, head_dim, H = 5, 3, 4
-    checks.manual_seed(1)
+    manual_seed(1)
     stacked = ref.StackedMultiHeadAttention(d_in, head_dim, 8, 0.0, H).eval()
     params = {f"W{p}.weight": torch.cat([getattr(h, f"W{p}").weight for h in stacked.heads]).detach()  # (H*hd, d_in)
               for p in "qkv"}

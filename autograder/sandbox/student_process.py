@@ -313,6 +313,7 @@ def _sibling(name):
 _landlock = None
 _wire = _sibling("wire")  # the answers' format, loaded now: once confined, the kit may be out of sight
 _lazy_dynamo = _sibling("lazy_dynamo")  # the same: torch._dynamo imported only if student code really uses it
+_seeding = _sibling("seeding")  # the same: torch seeded as the grader seeds it
 
 
 def _confine_landlock(config):
@@ -606,16 +607,6 @@ def _warm_up():
 _warming = threading.Thread(target=_warm_up, daemon=True)
 
 
-def _seed(seed):
-    """torch.manual_seed(seed) for what this process can draw random numbers on: the CPU, and CUDA once it has
-    started (where the machine has a GPU, it starts before the handshake: `_cuda_problem`). torch.manual_seed
-    also queues the seed for each of CUDA, XPU and MTIA not started, with a stack trace of its caller: ~0.1 ms
-    a request, for devices this process never starts. (autograder.grade.checks.manual_seed: the grader's.)"""
-    torch.random.default_generator.manual_seed(seed)
-    if torch.cuda.is_initialized():
-        torch.cuda.manual_seed_all(seed)
-
-
 def _recv():
     head = b""
     while len(head) < 8:
@@ -705,7 +696,7 @@ def _op_call(req):
     if req.get("train") is not None:
         fn.train(req["train"])
     if req.get("seed") is not None:
-        _seed(req["seed"])
+        _seeding.manual_seed(req["seed"])
     with torch.no_grad():
         value = fn(*args, **kwargs)
     answer = {"value": _encode(value)}
@@ -718,7 +709,7 @@ def _op_new(req):
     cls = getattr(_module(req["module"]), req["name"])
     args, kwargs = _forward_input(req)
     if req.get("seed") is not None:
-        _seed(req["seed"])
+        _seeding.manual_seed(req["seed"])
     obj = cls(*args, **kwargs)
     if not isinstance(obj, nn.Module):
         raise TypeError(f"{req['name']}(...) is not a torch.nn.Module")
