@@ -14,6 +14,7 @@ import click
 EXIT_OK, EXIT_BELOW_MIN, EXIT_CANNOT_RUN = 0, 1, 2
 from autograder import LEVELS  # noqa: E402  (the package's __init__ imports nothing)
 from autograder.paths import TORCH_VERSION  # noqa: E402  (stdlib only)
+from autograder.sandbox.forkserver import undumpable  # noqa: E402  (stdlib only)
 from autograder.report.formats import FORMATS as _FORMATS, render as render_report  # noqa: E402  (stdlib only)
 FORMATS = list(_FORMATS)  # autograder/report/formats.py: the one registry of formats
 FORMAT_HELP = ("text: a readable report; json: all data for other tools; gradescope: results.json per "
@@ -172,6 +173,9 @@ def cli():
       python grader_cli.py gradescope-zip --output autograder.zip
       python grader_cli.py bench my-submission/ --plot bench.png
     """
+    # no process of this uid (student code at the landlock and none levels) may ptrace the grader or read its
+    # /proc files: its memory, its environment, its descriptors
+    undumpable()
 
 
 @cli.command(short_help="Grade one submission (folder, zip or notebook).")

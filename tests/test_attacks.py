@@ -305,10 +305,10 @@ class Level:
         return [name for name, proc in procs.items() if proc is None or proc.poll() is not None]
 
     def zygotes(self) -> dict[str, int]:
-        """{address: pid} of this level's student zygote, for surviving_student_processes."""
+        """{label: pid} of this level's student zygote, for surviving_student_processes."""
         if self._servers is None or self._servers.zygote._proc is None:
             return {}
-        return {self._servers.zygote.address: self._servers.zygote._proc.pid}
+        return {self._servers.zygote.label: self._servers.zygote._proc.pid}
 
     def close(self):
         if self._servers is not None:
@@ -494,8 +494,8 @@ def _is_student_process(cmdline, names, zygotes, pid) -> bool:
 
     Cold: `python -I .../student_process.py CONFIG`, whose config names its sandbox (`mha-sandbox-...`) and the
     submission it grades (JSON-quoted), one of `names`. Warm: a fork of a student zygote keeps the zygote's
-    command line, `python -I .../forkserver.py student ADDRESS`, whose address is unique to that zygote:
-    any process holding one of `zygotes`' addresses, other than that zygote itself.
+    command line, `python -I .../forkserver.py student fd:N LABEL`, whose label is unique to that zygote:
+    any process holding one of `zygotes`' labels, other than that zygote itself.
     """
     if "mha-sandbox-" in cmdline and any(f'"{n}"' in cmdline or json.dumps(n) in cmdline for n in names):
         return True
@@ -874,8 +874,8 @@ def _sleeper(*args):
 def test_a_process_left_by_a_warm_or_cold_grading_is_a_survivor(tmp_path):
     """The survivor check on stand-ins: a fork of our zygote (its command line) and a cold student process of
     our submission are counted; the zygote itself, another zygote's fork and another submission's are not."""
-    address = str(tmp_path / "mha-student-server-ours" / "socket")
-    other = str(tmp_path / "mha-student-server-theirs" / "socket")
+    address = "mha-student-server-0123456789ab"  # the label on a zygote's command line (forkserver.Server.label)
+    other = "mha-student-server-ba9876543210"
     submission = tmp_path / "sub"
 
     def config(sub):  # the cold student process's argument: its sandbox's files and what it may not see
@@ -907,7 +907,7 @@ def test_a_live_student_process_is_seen_by_the_survivor_check(level, route, at, 
     submission.mkdir()
     (submission / "masks.py").write_text((SOLUTIONS / "masks.py").read_text())
     zygote = at.servers().zygote.address if route == "warm" else None
-    # each form on its own: the warm one by the zygote's address only, the cold one by the submission only
+    # each form on its own: the warm one by the zygote's label only, the cold one by the submission only
     names, zygotes = ([], at.zygotes()) if route == "warm" else ([submission], {})
     with client.Sandbox(submission, isolation=level, python=at.python, zygote=zygote) as sb:
         sb.call("masks", "causal_mask", 2)

@@ -192,7 +192,7 @@ def test_the_two_servers_start_side_by_side(monkeypatch):
     monkeypatch.setattr(forkserver, "Server", Recorded)
     with WarmServers():
         pass
-    assert events == ["grader started", "student started", "grader ready", "student ready"], events
+    assert events == ["student started", "grader started", "student ready", "grader ready"], events
 
 
 def test_servers_that_cannot_start_leave_no_process_and_no_folder(tmp_path, monkeypatch):
@@ -212,7 +212,7 @@ def test_servers_that_cannot_start_leave_no_process_and_no_folder(tmp_path, monk
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with pytest.raises(RuntimeError, match="the student fork server did not start"):
         WarmServers(python="/bin/false")
-    assert [s._kind for s in servers] == ["grader", "student"], "expected both servers to have been started"
+    assert [s._kind for s in servers] == ["student", "grader"], "expected both servers to have been started"
     assert all(s._proc is None for s in servers), "expected every server process stopped and reaped"
     assert os.listdir(tmp_path) == [], f"left behind: {os.listdir(tmp_path)}"
 

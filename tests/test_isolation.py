@@ -352,6 +352,109 @@ def _idle_pipes():
     return to_child, from_child
 
 
+def _unix_sockets_of(pid):
+    """{inode: path} of the unix sockets that process `pid` holds ("" for an unnamed one, "@..." abstract)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    with open("/proc/net/unix") as fh:
+        rows = [line.split() for line in fh.readlines()[1:]]
+    return {row[6]: (row[7] if len(row) > 7 else "") for row in rows if row[6] in inodes}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the servers are not dumpable: only root lists their descriptors")
+def test_the_fork_servers_listen_on_no_named_or_abstract_socket():
+    """Issue 32: student code found /tmp/mha-grader-server-*/socket in /proc/self/net/unix and connected to it
+    (Landlock does not govern connect() on named sockets). A server's only way in is its inherited channel."""
+    with WarmServers() as servers:
+        for server in (servers.grader, servers.zygote):
+            sockets = _unix_sockets_of(server._proc.pid)
+            assert sockets, f"expected the {server._kind} server to hold its channel, got no unix socket"
+            named = sorted(path for path in sockets.values() if path)
+            assert not named, f"expected only unnamed sockets in the {server._kind} server, got {named}"
+
+
+ASK = """import json, os, sys
+from autograder.sandbox.forkserver import Worker
+def ask():
+    try:
+        worker = Worker(sys.argv[1], json.loads(sys.argv[2]), timeout=20)
+    except OSError as exc:
+        return f"refused: {type(exc).__name__}"
+    worker.close()
+    return "served"
+if sys.argv[3] == "daemon" and os.fork():  # the client leaves the owner's line of processes (as a daemon would)
+    os._exit(0)
+if sys.argv[3] == "daemon":
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    while os.getppid() == int(sys.argv[4]):
+        pass
+with open(sys.argv[5], "w") as fh:
+    fh.write(ask())
+"""
+
+
+@pytest.mark.parametrize("client, expected", [("child", "served"), ("daemon", "refused: ConnectionRefusedError")])
+def test_a_fork_server_serves_only_its_owners_line_of_processes(tmp_path, student_python, client, expected):
+    """The peer check (SO_PEERCRED): a process that holds a server's channel but is not a descendant of its owner
+    (a daemon, reparented away) is dropped unanswered; the owner's own child is served (the control)."""
+    for name in ("work", "home"):
+        (tmp_path / name).mkdir()
+    config = {"cwd": str(tmp_path / "work"), "home": str(tmp_path / "home"), "log": os.devnull, "env": {},
+              "isolation": "none", "limits": {}, "root": "/nonexistent"}
+    out = tmp_path / "answer"
+    with Server("student", isolated=True, python=student_python) as server:
+        fd = int(server.address[3:])
+        proc = subprocess.run([sys.executable, "-c", ASK, server.address, json.dumps(config), client,
+                               str(os.getpid()), str(out)], pass_fds=[fd], cwd=SOLUTIONS.parent, timeout=60)
+        assert proc.returncode == 0
+        for _ in range(600):  # the daemon writes its answer after its parent has gone
+            if out.exists() and out.read_text():
+                break
+            time.sleep(0.05)
+        assert out.read_text() == expected, f"expected a {client} client to be {expected}, got {out.read_text()!r}"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a socket as another uid")
+def test_the_peer_check_refuses_another_uid_and_the_servers_own_forks():
+    import socket
+
+    from autograder.sandbox.forkserver import peer_allowed
+
+    def made_by(setup, check):
+        """check(connection, client pid): the connection made by a child of this process, alive meanwhile."""
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:  # makes a connection (a socketpair) and hands one end back, as a client does
+            setup()
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            socket.send_fds(child, [b"x"], [theirs.fileno()])
+            child.recv(1)  # alive until the check is done
+            os._exit(0)
+        _, fds, _, _ = socket.recv_fds(parent, 16, 1)
+        try:
+            return check(socket.socket(fileno=fds[0]), pid)
+        finally:
+            parent.send(b"x")
+            os.waitpid(pid, 0)
+
+    me, nobody = os.getpid(), -1  # as owner, and as a server that is nobody's parent
+    assert made_by(lambda: None, lambda conn, _: peer_allowed(conn, owner=me, server=nobody)), \
+        "expected a child of the owner served"
+    assert not made_by(lambda: None, lambda conn, _: peer_allowed(conn, owner=os.getppid(), server=me)), \
+        "expected a fork of the server refused"
+    other_uid = (lambda: (os.setresgid(65534, 65534, 65534), os.setresuid(65534, 65534, 65534)))
+    assert not made_by(other_uid, lambda conn, _: peer_allowed(conn, owner=me, server=nobody)), \
+        "expected a client of another uid refused"
+
+
 def test_warm_batch_grading_gives_the_scores_of_cold_grading(tmp_path):
     buggy = SOLUTIONS.parent / "examples" / "buggy-student"
     cold = grade(buggy)

@@ -191,10 +191,12 @@ class WarmServers:
         self._home = tempfile.mkdtemp(prefix="mha-zygote-home-")  # the student processes' HOME: removed at close
         started = []
         try:
-            # side by side: each imports torch, so on two cores the pair is ready in the time of one import
-            started.append(Server("grader", env=grader_env(), preload=GRADER_PRELOAD, wait=False))
+            # side by side: each imports torch, so on two cores the pair is ready in the time of one import. The
+            # zygote first: the grader server inherits its channel, for its gradings to fork student processes
             started.append(Server("student", env=student_env(self._home), isolated=True,
                                   python=python or sys.executable, wait=False))
+            started.append(Server("grader", env=grader_env(), preload=GRADER_PRELOAD, wait=False,
+                                  share=[started[0]]))
             for server in started:
                 server.wait_ready()
         except BaseException:
@@ -202,7 +204,7 @@ class WarmServers:
                 server.close()
             shutil.rmtree(self._home, ignore_errors=True)
             raise
-        self.grader, self.zygote = started
+        self.zygote, self.grader = started
 
     def close(self):
         self.grader.close()
@@ -312,7 +314,7 @@ def _run_graders(args, cwd, timeout, servers, key):
     `key` reaches the graders through an inherited pipe (never argv, the
     environment or a file), so no other process can sign results.
     """
-    from autograder.sandbox.forkserver import Worker, kill_group
+    from autograder.sandbox.forkserver import Worker, channel_fd, kill_group
 
     log = Path(cwd) / "graders.log"
     worker, key_fd = None, _key_pipe(key)
@@ -326,9 +328,11 @@ def _run_graders(args, cwd, timeout, servers, key):
         if not worker:
             # a session of its own: a Ctrl-C at the terminal reaches the batch, which decides (let it finish,
             # or stop it with kill_running), never this grading halfway through
+            # the zygote's channel too, where its address is in `args` (the grader server gone, the zygote not)
+            channels = [channel_fd(servers.zygote.address)] if servers else []
             proc = subprocess.Popen([sys.executable, "-m", "pytest", *args, "--key-fd", str(key_fd)], cwd=cwd,
                                     env=grader_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    pass_fds=[key_fd], start_new_session=True)
+                                    pass_fds=[key_fd, *channels], start_new_session=True)
             _RUNNING.add(proc)
             try:
                 stdout, stderr = _in_time(proc.communicate, timeout)

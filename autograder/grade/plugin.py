@@ -25,6 +25,7 @@ from autograder.files import write_signed
 from autograder.report.model import TestResult
 from autograder.sandbox import batchlock, lazy_dynamo
 from autograder.sandbox.client import Sandbox
+from autograder.sandbox.forkserver import undumpable
 from autograder.sandbox.errors import GraderUnavailable, StudentError
 from autograder.sandbox.limits import Limits
 
@@ -45,7 +46,7 @@ def pytest_addoption(parser):
     group.addoption("--isolation", choices=["auto", *LEVELS], default="auto",
                     help="how the student process is confined (autograder.sandbox.isolation.choose_isolation)")
     group.addoption("--student-python", default=sys.executable, help="the interpreter of the student process")
-    group.addoption("--zygote", help="address of a warm student zygote (autograder.sandbox.forkserver)")
+    group.addoption("--zygote", help="the channel of a warm student zygote, fd:N (autograder.sandbox.forkserver)")
     group.addoption("--batch-dir", default=None,
                     help="the class run this grading belongs to (autograder.sandbox.batchlock; default: "
                          "$MHA_BATCH_DIR)")
@@ -62,6 +63,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "points(points, aspect): what a grader test is worth, and the aspect it checks")
     config.stash[_RESULTS] = []
     config.stash[_TIMES] = {"configured": time.time()}
+    undumpable()  # a cold grading (exec made it dumpable again): no process of its uid ptraces it or reads its key
     fd = config.getoption("key_fd")
     if fd is not None:  # read and closed before any student process starts
         config.stash[_KEY] = os.read(fd, 256)

@@ -4,11 +4,11 @@ Importing torch costs about 2 s of CPU, and grading a class used to pay it
 twice per submission: once in the trusted grader, once in the student
 process. `grade-all` instead starts two warm servers once per run:
 
-* the student zygote (`python -I forkserver.py student ADDR`) has imported
+* the student zygote (`python -I forkserver.py student FD LABEL`) has imported
   torch and nothing else (no kit code, no reference, no grader); each student
   process is a fork of it that confines itself (autograder/sandbox/student_process.py) before
   it imports student code;
-* the grader server (`python forkserver.py grader ADDR MODULE...`) has
+* the grader server (`python forkserver.py grader FD LABEL MODULE...`) has
   imported pytest and the modules its owner named (autograder.grade.engine names
   torch, the plugin, the checks and the reference); each grading is a fork of
   it that runs the hidden graders on one submission.
@@ -16,13 +16,30 @@ process. `grade-all` instead starts two warm servers once per run:
 This module knows no other module of the kit: what a server holds warm is
 its owner's choice, so the import graph runs one way (engine -> forkserver).
 
-A request is one message on a Unix SOCK_SEQPACKET connection: JSON, plus
-file descriptors passed with SCM_RIGHTS. The server forks; the fork calls
-`setsid()` and the handler, and exits with its return value. The server
-answers {"pid": ...} at once and {"exit": code} (negative: killed by that
-signal) when the fork ends. A client that closes its connection early has
-its worker's process group killed. A server whose stdin closes kills its
-workers and exits, so an owner that dies takes its servers with it.
+No server listens anywhere a process can connect to: there is no named
+socket (Landlock does not govern connect() on those, and a student process of
+the grader's uid found them in /proc/self/net/unix) and no abstract one. A
+server's only way in is its *channel*, one end of a socketpair that it
+inherited from its owner (`Server.address`, "fd:N": the other end, a file
+descriptor of the owner's, inherited by whoever the owner hands it to: the
+grader server holds the zygote's, so that its gradings can fork student
+processes). A client makes a socketpair of its own for each request and sends
+one end through the channel, with the request: one SOCK_SEQPACKET message,
+JSON plus file descriptors passed with SCM_RIGHTS. Before it forks, the server
+checks who made that connection (SO_PEERCRED, which the kernel fills in and
+no process can forge): the server's own uid, and a process descended from
+the server's owner but not from the server itself, so that no student
+process, forked by the zygote, could ask even if it held the channel. A
+request from anyone else is dropped unanswered.
+
+The server forks; the fork calls `setsid()` and the handler, and exits with
+its return value. The server answers {"pid": ...} at once and {"exit": code}
+(negative: killed by that signal) when the fork ends. A client that closes
+its connection early has its worker's process group killed. A server whose
+stdin closes kills its workers and exits, so an owner that dies takes its
+servers with it. Servers are not dumpable (PR_SET_DUMPABLE 0): a process of
+the same uid may not ptrace them nor read their /proc files (memory,
+environment, descriptors).
 """
 from __future__ import annotations
 
@@ -34,11 +51,71 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
+import secrets
+import struct
 import time
 from pathlib import Path
 
 MAX_MESSAGE = 1 << 16
+MAX_FDS = 16  # file descriptors of one request, its connection aside
+_PR_SET_DUMPABLE = 4
+
+
+def undumpable():
+    """Make this process non-dumpable (PR_SET_DUMPABLE 0): no process of the same uid may ptrace it or open its
+    /proc files (mem, environ, fd, maps, cwd); root's processes only. Inherited by forks, reset by exec. False
+    where it cannot be set (not Linux)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(ctypes.c_int(_PR_SET_DUMPABLE), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                          ctypes.c_ulong(0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def channel_fd(address) -> int:
+    """The file descriptor of a channel address ("fd:N", or N)."""
+    if isinstance(address, int):
+        return address
+    kind, _, number = str(address).partition(":")
+    if kind != "fd" or not number.isdigit():
+        raise OSError(f"not a fork server's channel: {address!r}")
+    return int(number)
+
+
+def _parent(pid):
+    """The parent pid of `pid` (its /proc/<pid>/stat), or None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def peer_allowed(conn, owner, server=None):
+    """Whether the process that made the connection `conn` may ask this server: the same uid as this process,
+    and a descendant of `owner` (or `owner` itself) whose line of parents does not pass through `server` (this
+    server: its forks, student processes at the zygote, never ask). SO_PEERCRED is what the kernel recorded when
+    the client made its socketpair: no process can forge it."""
+    server = os.getpid() if server is None else server
+    try:
+        pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                             struct.calcsize("3i")))
+    except OSError:
+        return False
+    if uid != os.getuid() or pid <= 0:
+        return False
+    for _ in range(256):  # a line of parents is short; a longer one is refused
+        if pid == server:
+            return False
+        if pid == owner:
+            return True
+        pid = _parent(pid)
+        if pid is None or pid <= 1:
+            return False
+    return False
 
 
 def kill_group(pid):
@@ -50,12 +127,14 @@ def kill_group(pid):
             pass
 
 
-def serve(address, handler, freeze_imports=False):
-    """Run the server loop until stdin closes. `handler(request, fds)` runs in each fork. `freeze_imports`: keep
-    what the server imported out of the forks' garbage collections (gc.freeze)."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(address)
-    listener.listen(64)
+def serve(address, handler, freeze_imports=False, owner=None):
+    """Run the server loop until stdin closes. `address`: the inherited channel ("fd:N"); `handler(request, fds)`
+    runs in each fork. `freeze_imports`: keep what the server imported out of the forks' garbage collections
+    (gc.freeze). `owner`: the pid whose descendants may ask (default: this process's parent)."""
+    owner = os.getppid() if owner is None else owner
+    undumpable()
+    listener = socket.socket(fileno=channel_fd(address))
+    listener.set_inheritable(False)
     # a worker's end wakes the loop at once (SIGCHLD through a pipe), so that its owner hears of it without waiting
     # for the poll below
     wake_r, wake_w = os.pipe()
@@ -67,8 +146,9 @@ def serve(address, handler, freeze_imports=False):
         gc.freeze()
     os.write(1, b"ready\n")
     by_conn, by_pid = {}, {}
+    listening = True  # until every client end of the channel is closed
     while True:
-        ready, _, _ = select.select([0, listener, wake_r, *by_conn], [], [], 0.5)
+        ready, _, _ = select.select([0, wake_r, *([listener] if listening else []), *by_conn], [], [], 0.5)
         if wake_r in ready:
             while True:
                 try:
@@ -81,12 +161,23 @@ def serve(address, handler, freeze_imports=False):
                 kill_group(pid)
             os._exit(0)
         if listener in ready:
-            conn, _ = listener.accept()
             try:
-                message, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 16)
+                message, fds, _, _ = socket.recv_fds(listener, MAX_MESSAGE, MAX_FDS + 1)
+            except OSError:
+                continue
+            if not message and not fds:  # every client end is closed: nobody can ask any more
+                listening = False
+                continue
+            conn, fds = _connection(fds), fds[1:]
+            try:
+                if conn is None or not peer_allowed(conn, owner):
+                    raise ValueError("not a client of this server")
                 request = json.loads(message)
-            except (OSError, ValueError):
-                conn.close()
+            except ValueError:  # dropped unanswered: the client reads the end of its connection
+                if conn is not None:
+                    conn.close()
+                for fd in fds:
+                    _close(fd)
                 continue
             pid = os.fork()
             if pid == 0:
@@ -137,17 +228,59 @@ def serve(address, handler, freeze_imports=False):
                 conn.close()
 
 
+def _close(fd):
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _connection(fds):
+    """The connection a request came with (its first descriptor, a SOCK_SEQPACKET unix socket), or None (that
+    descriptor closed) when it brought none or something else."""
+    if not fds:
+        return None
+    try:
+        conn = socket.socket(fileno=fds[0])
+    except OSError:  # not a socket: closed here
+        _close(fds[0])
+        return None
+    if conn.family != socket.AF_UNIX or conn.type != socket.SOCK_SEQPACKET:
+        conn.close()
+        return None
+    return conn
+
+
 class Worker:
     """A forked worker, seen from the client: enough of subprocess.Popen for the sandbox."""
 
     def __init__(self, address, request, fds=(), timeout=30.0):
+        """`address`: the server's channel ("fd:N", a descriptor this process holds); OSError when the server
+        is gone or does not answer within `timeout` seconds."""
         self.args = request
         self.returncode = None
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._sock.settimeout(timeout)
-        self._sock.connect(address)
-        socket.send_fds(self._sock, [json.dumps(request).encode()], list(fds))
-        self.pid = json.loads(self._sock.recv(MAX_MESSAGE))["pid"]
+        fds = list(fds)
+        if len(fds) > MAX_FDS:
+            raise ValueError(f"a request carries at most {MAX_FDS} descriptors")
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            ours.settimeout(timeout)
+            channel = socket.socket(fileno=os.dup(channel_fd(address)))
+            try:
+                channel.settimeout(timeout)
+                socket.send_fds(channel, [json.dumps(request).encode()], [theirs.fileno(), *fds])
+            finally:
+                channel.close()
+            theirs.close()
+            message = ours.recv(MAX_MESSAGE)
+            if not message:  # dropped unanswered (a client the server refuses) or the server is gone
+                raise ConnectionRefusedError("the fork server did not take the request")
+            self.pid = json.loads(message)["pid"]
+        except BaseException:
+            theirs.close()
+            ours.close()
+            raise
+        self._sock = ours
 
     def poll(self):
         return self.wait(0) if self.returncode is None else self.returncode
@@ -180,19 +313,30 @@ class Server:
     """A running fork server, owned by this process (a context manager)."""
 
     def __init__(self, kind, *, python=sys.executable, env=None, isolated=False, start_timeout=120.0, preload=(),
-                 wait=True):
+                 wait=True, share=()):
         """`preload`: for a grader server, the modules it imports once (by name, from the kit's root).
         `wait=False`: return once the process is started; `wait_ready()` then waits for it (servers that import
-        torch each can then start side by side)."""
+        torch each can then start side by side). `share`: servers whose channels this one's process and its
+        forks inherit (the grader server holds the zygote's: its gradings fork student processes).
+
+        `address` is the channel ("fd:N": this process's end); `label`, unique to this server, is on its
+        command line and so on every fork's (how the kit's tests recognise them)."""
         self._kind, self._ready = kind, False
-        self._dir = tempfile.mkdtemp(prefix=f"mha-{kind}-server-")
-        os.chmod(self._dir, 0o700)
-        self.address = os.path.join(self._dir, "socket")
+        self.label = f"mha-{kind}-server-{secrets.token_hex(6)}"
+        self._channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.address = f"fd:{self._channel.fileno()}"
         flags = ["-I"] if isolated else []
-        self._proc = subprocess.Popen([python, *flags, str(Path(__file__).resolve()), kind, self.address,
-                                       *preload],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                                      start_new_session=True)
+        shared = [channel_fd(other.address) for other in share]
+        try:
+            self._proc = subprocess.Popen([python, *flags, str(Path(__file__).resolve()), kind,
+                                           f"fd:{theirs.fileno()}", self.label, *preload],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                          pass_fds=[theirs.fileno(), *shared], start_new_session=True)
+        except BaseException:
+            self._channel.close()
+            raise
+        finally:
+            theirs.close()
         self._deadline = time.monotonic() + start_timeout
         if wait:
             self.wait_ready()
@@ -220,11 +364,7 @@ class Server:
                 self._proc.wait()
             self._proc.stdout.close()
             self._proc = None
-        for remove, path in ((os.unlink, self.address), (os.rmdir, self._dir)):  # no socket if it never started
-            try:
-                remove(path)
-            except OSError:
-                pass
+        self._channel.close()
 
     def __enter__(self):
         return self
@@ -248,6 +388,7 @@ def _grader_handler(preload):
 
     import pytest
 
+    undumpable()  # the gradings inherit it: they hold the key that signs results
     for name in preload:  # imported once here, not once per grading
         importlib.import_module(name)
 
@@ -262,7 +403,7 @@ def _grader_handler(preload):
 
 
 if __name__ == "__main__":
-    kind, address, preload = sys.argv[1], sys.argv[2], sys.argv[3:]
+    kind, address, preload = sys.argv[1], sys.argv[2], sys.argv[4:]  # argv[3]: the server's label
     if kind == "grader":  # the kit's root (autograder/sandbox/ up two), not this file's folder, is where imports start
         sys.path[0] = str(Path(__file__).resolve().parent.parent.parent)
     handler = _grader_handler(preload) if kind == "grader" else _student_handler()
