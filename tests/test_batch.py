@@ -14,7 +14,7 @@ from autograder.grade import batch
 from autograder.report.html import to_markdown
 from autograder.report.model import GradeReport
 from grader_cli import cli
-from tests.conftest import MODULES, SOLUTIONS, TEMPLATE
+from tests.conftest import MODULES, ROOT, SOLUTIONS, TEMPLATE
 from tests.corpus import load_corpus, materialize
 
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes
@@ -345,6 +345,85 @@ def test_content_digest_sees_file_contents_and_never_follows_links(tmp_path):
     secret.write_text("s = 2\n")
     assert batch.content_digest(sub) == linked, "expected a link to count by its target's name, not its content"
 
+
+
+def _data_before_modules(folder, masks=None, data_files=10_000):
+    """Issue 32 item 4: a submission whose modules (src/) come after a folder of 10,000 data files in name order
+    (aaa-data/): the old digest stopped after 10,000 entries and never saw src/. `masks`: src/masks.py's source."""
+    (folder / "aaa-data").mkdir(parents=True)
+    for i in range(data_files):
+        (folder / "aaa-data" / f"{i:05d}.csv").write_bytes(b"x,y\n1,2\n")
+    shutil.copytree(SOLUTIONS, folder / "src", ignore=shutil.ignore_patterns("__init__.py", "__pycache__"))
+    if masks is not None:
+        shutil.copy(masks, folder / "src" / "masks.py")
+    return folder
+
+
+def test_a_module_behind_ten_thousand_data_files_still_changes_the_fingerprint(tmp_path):
+    """Issue 32 item 4: the digest stopped after 10,000 entries in name order, so a fix to src/masks.py behind
+    aaa-data/ kept its stale grade on resume. It now hashes what intake grades: no cap of its own hides a module."""
+    sub = _data_before_modules(tmp_path / "hana")
+    kit, settings = batch.kit_digest(), batch._settings(300.0, 10.0, {})
+    first = batch.fingerprint(sub, kit, settings)
+    assert first and batch.fingerprint(sub, kit, settings) == first, "expected the same fingerprint twice"
+    masks = sub / "src" / "masks.py"
+    data = bytearray(masks.read_bytes())
+    data[data.rindex(b"1")] = ord("2")  # one byte of the module, far from its start
+    masks.write_bytes(bytes(data))
+    fixed = batch.fingerprint(sub, kit, settings)
+    assert fixed and fixed != first, "expected a changed src/masks.py to change the fingerprint"
+    (sub / "aaa-data" / "00000.csv").write_bytes(b"x,y\n3,4\n")  # never graded: nothing to grade again
+    assert batch.fingerprint(sub, kit, settings) == fixed, "expected a data file intake never takes not to count"
+
+
+def test_the_digest_of_a_zip_a_notebook_or_a_refused_entry_is_stable_and_sees_the_graded_code(tmp_path):
+    """The digest is intake's outcome: a zip is unpacked and a notebook converted into temporary folders whose
+    paths must not reach the digest (every run would grade again), while the code graded does."""
+    zipped = tmp_path / "bob.zip"
+
+    def make_zip(attention):
+        with zipfile.ZipFile(zipped, "w") as zf:
+            for path in sorted(SOLUTIONS.glob("*.py")):
+                if path.name != "__init__.py":
+                    zf.writestr(f"bob/{path.name}", attention if path.name == "attention.py" else path.read_text())
+
+    make_zip((SOLUTIONS / "attention.py").read_text())
+    first = batch.content_digest(zipped)
+    assert batch.content_digest(zipped) == first, "expected the same digest for the same zip"
+    make_zip((SOLUTIONS / "attention.py").read_text() + "\nX = 1\n")
+    assert batch.content_digest(zipped) != first, "expected a changed module in the zip to change the digest"
+
+    book = tmp_path / "03_masks.ipynb"
+    shutil.copy(TEMPLATE / "03_masks.ipynb", book)
+    before = batch.content_digest(book)
+    assert batch.content_digest(book) == before, "expected the same digest for the same notebook"
+    book.write_text(book.read_text().replace("NotImplementedError", "ValueError"))
+    assert batch.content_digest(book) != before, "expected an edited code cell to change the digest"
+
+    broken = tmp_path / "erin.zip"
+    broken.write_bytes(b"not a zip at all")  # refused at intake: its message, named by id, is the digest
+    assert batch.content_digest(broken) == batch.content_digest(broken)
+    crowded = tmp_path / "crowded"  # refused too: its top folder holds more than intake lists (MAX_FOLDER)
+    _data_before_modules(crowded, data_files=0)
+    for i in range(10_001):
+        (crowded / f"{i:05d}.txt").touch()
+    refused = batch.content_digest(crowded)
+    assert batch.content_digest(crowded) == refused != batch.content_digest(crowded / "src")
+
+
+def test_a_fix_behind_ten_thousand_data_files_is_graded_again_on_resume(tmp_path):
+    """Issue 32 item 4, end to end: a class run grades hana's buggy masks (src/, behind 10,000 data files); she
+    fixes it; the second run grades her again and her row gets masks' full marks."""
+    subs, out = tmp_path / "class", tmp_path / "out"
+    _data_before_modules(subs / "hana", masks=ROOT / "examples" / "buggy-student" / "masks.py")
+    first = batch.grade_all(subs, out, jobs=1)
+    assert first["hana"].status == "graded" and first["hana"].modules["masks"] < 8, first["hana"]
+    shutil.copy(SOLUTIONS / "masks.py", subs / "hana" / "src" / "masks.py")
+    _, _, todo, changed, _ = batch.plan(subs, out)
+    assert [i for i, _ in todo] == ["hana"] and changed == 1, (todo, changed)
+    second = batch.grade_all(subs, out, jobs=1)
+    assert second["hana"].modules["masks"] == 8 and second["hana"].total == 100, second["hana"]
+    assert rows(out)["hana"]["masks"] == "8" and rows(out)["hana"]["fingerprint"] != first["hana"].fingerprint
 
 def test_warm_servers_start_at_the_first_grading_that_needs_them_and_never_for_stray_files(tmp_path, server_starts):
     """A class (or a shard of one) of entries refused at intake starts no server; one submission starts them once."""

@@ -7,10 +7,11 @@ Submissions are graded in parallel; for each, OUT/<id>/results.json
 OUT/gradebook.csv is rewritten atomically after every submission, so an
 interrupted run loses nothing and a second run resumes where it stopped.
 
-Each row records a fingerprint of what graded it: the submission's content,
-the kit's code (graders, reference, engine) and the limits. A second run
-grades again every row whose fingerprint changed (a corrected file, a new
-grader, other limits), and says how many.
+Each row records a fingerprint of what graded it: what intake takes of the
+submission (the files graded, wherever they sit, and what was left out and
+why: content_digest), the kit's code (graders, reference, engine) and the
+limits. A second run grades again every row whose fingerprint changed (a
+corrected file, a new grader, other limits), and says how many.
 
 Ctrl-C: the first one starts no new grading, lets those that run finish and
 records them, then stops (`Interrupted`, which says what is left); a second
@@ -41,7 +42,7 @@ from pathlib import Path
 
 from autograder import MODULES, __version__
 from autograder.files import remove_interrupted_writes, write_atomic
-from autograder.grade.engine import LazyServers, SubmissionError, grade
+from autograder.grade.engine import LazyServers, SubmissionError, grade, taken
 from autograder.paths import KIT
 from autograder.report.formats import render
 from autograder.report.model import GradeReport, csv_cell, csv_value, safe_line
@@ -99,51 +100,55 @@ def row_key(sub_id: str) -> str:
     return safe_line(sub_id)
 
 
-_DIGEST_FILE_CAP = 64 << 20  # bytes of one file hashed; beyond, its size and mtime stand for the rest
-_DIGEST_ENTRIES = 10_000  # entries of a folder looked at
+def content_digest(path: Path, max_unzipped: int | None = None) -> str:
+    """A hash of what a grading takes of the submission at `path`: the outcome of its intake, made by the
+    code a grading runs (autograder.grade.engine.taken), never a walk of the raw folder.
 
+    For a folder, a zip or a notebook, that outcome is: the names and bytes of the files the graders get (the
+    .py files of the folder that intake picked, wherever it sits, a notebook converted to its module), the
+    notes on what was left out and why (autograder.submission.intake: links, files over a limit or past a
+    cap, the form of a module not graded), and why each missing module is missing. For a submission that
+    intake refuses, its message (SubmissionError, which names the submission by its id, never by a path of
+    this machine). For a class-folder entry that is neither a folder nor a regular file, its kind (a link by
+    its target, never followed; a FIFO never opened), as grade_one refuses it unread.
 
-def _digest_file(h, path):
-    with open(path, "rb") as fh:
-        h.update(fh.read(_DIGEST_FILE_CAP))
-    info = os.stat(path)
-    if info.st_size > _DIGEST_FILE_CAP:
-        h.update(f"size {info.st_size} mtime {info.st_mtime_ns}".encode())
+    So every change that can change a grade or its feedback changes the digest, however many other files the
+    submission holds and in whatever order they come: the digest has no cap of its own that could hide a
+    module. A change that intake does not take (a data file, a file past intake's caps, a link's target, a
+    notebook's markdown) cannot change the grade, and does not change the digest.
 
+    Bounded as one intake is, whatever the submission holds (autograder.submission.intake): at most MAX_SCAN
+    (50,000) entries listed to find the modules' folder, MAX_FOLDER + 1 per folder; at most MAX_ENTRIES (1,000)
+    files read, `max_unzipped` bytes in all; a zip's directory checked before it is parsed (MAX_ENTRIES
+    entries, 4 MiB) and at most `max_unzipped` bytes unpacked, counted as they come out; a notebook at most
+    MAX_FILE[".ipynb"] (32 MiB). Memory: the files taken (at most `max_unzipped`, 50 MiB by default) and a
+    1 MiB buffer; disk: a temporary copy of them, removed before it returns.
 
-def _digest_entry(h, path) -> int:
-    """Hash one entry, looked at with lstat: a link by its target (never followed), a regular file by its
-    bytes, anything else by nothing here (a FIFO is never opened: that waits for a writer). Its mode."""
-    mode = os.lstat(path).st_mode
-    if stat.S_ISLNK(mode):
-        h.update(b"link " + os.fsencode(os.readlink(path)))
-    elif stat.S_ISREG(mode):
-        _digest_file(h, path)
-    return mode
-
-
-def content_digest(path: Path) -> str:
-    """A hash of a submission's content: its files' names and bytes (links by their target, never followed;
-    bounded: at most 10,000 entries, 64 MiB per file read)."""
+    `max_unzipped`: the cap of the grading (grade-all's --max-unzipped), which decides what intake takes;
+    None: intake's default. Raises OSError when the entry cannot be looked at (fingerprint: never matches).
+    """
     h = hashlib.sha256()
     path = Path(path)
-    mode = _digest_entry(h, path)  # a class folder's entry may itself be a link: never followed, never graded
-    if not stat.S_ISDIR(mode):
-        if not (stat.S_ISLNK(mode) or stat.S_ISREG(mode)):  # a FIFO or a device: never opened
-            h.update(f"kind {stat.S_IFMT(mode)}".encode())
+    mode = os.lstat(path).st_mode
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):  # grade_one's refusal: never followed, never opened
+        h.update(f"kind {stat.S_IFMT(mode)}".encode())
+        if stat.S_ISLNK(mode):
+            h.update(b"\0link " + os.fsencode(os.readlink(path)))
         return h.hexdigest()
-    count = 0
-    for top, dirs, files in os.walk(path, followlinks=False):
-        dirs.sort()
-        for name in sorted(dirs + files):
-            count += 1
-            if count > _DIGEST_ENTRIES:
-                h.update(b"...")
-                return h.hexdigest()
-            full = os.path.join(top, name)
-            h.update(os.path.relpath(full, path).encode("utf-8", "surrogateescape") + b"\0")
-            _digest_entry(h, full)
-            h.update(b"\0")
+    try:
+        with taken(path, max_unzipped) as got:
+            h.update(b"taken\0" + json.dumps([list(got.notes.items()), list(got.missing.items())]).encode())
+            for top, dirs, files in os.walk(got.folder):  # the private copy the graders get: regular files only
+                dirs.sort()
+                for name in sorted(files):
+                    full = os.path.join(top, name)
+                    h.update(b"\0" + os.path.relpath(full, got.folder).encode("utf-8", "surrogateescape")
+                             + f"\0{os.path.getsize(full)}\0".encode())
+                    with open(full, "rb") as fh:
+                        for chunk in iter(lambda: fh.read(1 << 20), b""):
+                            h.update(chunk)
+    except SubmissionError as exc:  # refused at intake: graded "empty", with this message
+        h.update(b"refused\0" + str(exc).encode("utf-8", "surrogateescape"))
     return h.hexdigest()
 
 
@@ -171,12 +176,21 @@ def versions() -> dict:
 
 
 def fingerprint(path: Path, kit: str, settings: dict) -> str:
-    """What a row was graded from: the submission's content, the kit (`kit_digest`) and the settings that
-    can change a grade (limits, timeouts)."""
+    """What a row was graded from: what intake takes of the submission (`content_digest`, under the settings'
+    max_unzipped), the kit (`kit_digest`) and the settings that can change a grade (limits, timeouts).
+
+    "" when the submission cannot be digested in full (content_digest raised: an unreadable entry, an intake
+    that fails other than by refusing it): a fingerprint that never matches, so that row is graded again on
+    every run (plan), and its grading says what went wrong."""
+    cap = settings.get("max_unzipped")
+    try:
+        content = content_digest(path, None if cap is None else int(cap))
+    except Exception:
+        return ""
     h = hashlib.sha256()
     h.update(kit.encode())
     h.update(json.dumps(settings, sort_keys=True, default=str).encode())
-    h.update(content_digest(path).encode())
+    h.update(content.encode())
     return h.hexdigest()[:16]
 
 
