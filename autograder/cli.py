@@ -331,7 +331,10 @@ def grade_all(folder, output, jobs, force, shard, call_timeout, submission_timeo
 
     \b
     Exit status: 0 when the run completed; 2 when the isolation cannot be
-    had (--require-isolation; nothing is graded) or the grader could not run
+    had (--require-isolation; or, as a normal user, auto finds only the none
+    level, at which student code would share your uid: nothing is graded,
+    and the message says how to get a stronger level; an explicit
+    --isolation none grades, with a warning) or the grader could not run
     the student code of some submissions (their rows: "error", no score; a
     second run grades them again), or OUT holds another shard's results;
     130 after Ctrl-C.
@@ -345,7 +348,8 @@ def grade_all(folder, output, jobs, force, shard, call_timeout, submission_timeo
     options = _sandbox(**sandbox)
     options["call_timeout"] = call_timeout
     try:  # once for the whole class, before anything is graded
-        options["isolation"] = choose_isolation(options["isolation"], options.pop("require_isolation"))
+        options["isolation"] = choose_isolation(options["isolation"], options.pop("require_isolation"),
+                                                class_run=True)
     except GraderUnavailable as exc:
         click.echo(f"error: the grader cannot run student code here: {exc}", err=True)
         sys.exit(EXIT_CANNOT_RUN)
@@ -575,7 +579,11 @@ def gradescope_zip(output, torch_version, torch_index_url, torch_cuda):
 @click.option("--student", "students", multiple=True, help="Only these students (repeatable); default: all.")
 @click.option("--overwrite-manual", is_flag=True,
               help="Replace the scores a TA set by hand in formgrader too (by default they are kept, and named).")
-def nbgrader_sync(course, assignment, students, overwrite_manual):
+@click.option("--isolation", type=click.Choice(["auto", *LEVELS]), default="auto", show_default=True,
+              help="How student code is confined (as grade-all). As a normal user, auto refuses to come down to "
+                   "none (student code would share your uid): exit 2 with the remedy; --isolation none grades "
+                   "at that level knowingly.")
+def nbgrader_sync(course, assignment, students, overwrite_manual, isolation):
     """Write the hidden graders' scores into an nbgrader course's gradebook.
 
     Run it after `nbgrader autograde ASSIGNMENT` in the course folder COURSE.
@@ -589,14 +597,25 @@ def nbgrader_sync(course, assignment, students, overwrite_manual):
     \b
     Exit status: 0 when every submission was written; 2 when the course,
     its gradebook or ASSIGNMENT is unknown (the assignments it knows are
-    named), or a grading did not complete (nothing written for it).
+    named), a grading did not complete (nothing written for it), or student
+    code cannot be confined here (as a normal user, auto refuses the none
+    level: see --isolation).
     """
     from autograder.integrations.nbgrader_sync import SyncError, sync_course
     from autograder.report.model import safe_line, safe_text
     from autograder.scoring import fmt
 
+    from autograder.sandbox.errors import GraderUnavailable
+    from autograder.sandbox.isolation import choose_isolation
+
+    try:  # once for the whole course, before anything is graded
+        level = choose_isolation(isolation, class_run=True)
+    except GraderUnavailable as exc:
+        click.echo(f"error: the grader cannot run student code here: {exc}", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
     try:
-        results = sync_course(course, assignment, list(students) or None, overwrite_manual=overwrite_manual)
+        results = sync_course(course, assignment, list(students) or None, overwrite_manual=overwrite_manual,
+                              isolation=level)
     except SyncError as exc:
         click.echo(f"error: {safe_text(exc, '  ')}", err=True)
         sys.exit(EXIT_CANNOT_RUN)

@@ -98,3 +98,14 @@ def test_the_trusted_run_shows_its_token_to_the_clone_step_alone():
     assert steps.index(clone) < steps.index(grade_step)
     checkout = steps[0]
     assert checkout["uses"].startswith("actions/checkout@") and checkout["with"]["persist-credentials"] is False
+
+
+def test_the_trusted_run_requires_the_namespaces_level_and_never_swallows_its_sysctl():
+    """Issue 32: `sysctl ... || true` let a runner that refused it grade at a level the README calls weaker."""
+    steps = job_steps(load("trusted-grading.yml"))
+    allow = next(s for s in steps if "sysctl" in s.get("run", ""))
+    assert "|| true" not in allow["run"] and "kernel.apparmor_restrict_unprivileged_userns=0" in allow["run"], \
+        f"expected the sysctl to fail the job when refused, got: {allow['run']!r}"
+    grade_step = next(s for s in steps if s["name"] == "Grade")
+    assert "--require-isolation namespaces" in grade_step["run"], \
+        f"expected grade-all to refuse any weaker level, got: {grade_step['run']!r}"

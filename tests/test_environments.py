@@ -133,7 +133,8 @@ ENVIRONMENTS = [
     pytest.param("user", "none", {}, "none", id="user-none"),
     # Ubuntu 23.10+ and GitHub's runners: unshare succeeds, then writing uid_map (and every mount) is refused
     pytest.param("user", "auto", {"MHA_REFUSE": "uid-map,mount"}, "landlock", id="user-ubuntu-24.04"),
-    pytest.param("user", "auto", {"MHA_REFUSE": "unshare,landlock"}, "none", id="user-no-namespaces-no-landlock"),
+    # explicitly: auto refuses to come down to none as a normal user (below)
+    pytest.param("user", "none", {"MHA_REFUSE": "unshare,landlock"}, "none", id="user-no-namespaces-no-landlock"),
 ]
 
 
@@ -149,6 +150,20 @@ def test_the_reference_scores_100_and_the_buggy_submission_its_score_everywhere(
         assert row["status"] == "graded" and float(row["total"]) == want, (
             f"{where}: expected {sub} to score {want:g}, got {row['total']} ({row['status']}: {row['error']})")
         assert row["isolation"] == expected, f"{where}: expected isolation {expected}, got {row['isolation']}"
+
+
+@pytest.mark.parametrize("command", ["grade-all", "nbgrader-sync"])
+def test_a_class_run_as_a_normal_user_never_comes_down_to_none_silently(place, command):
+    """Issue 32: as a normal user, auto with namespaces and Landlock refused would run student code as the
+    grader's own uid: grade-all and nbgrader-sync exit 2, name the cause and the remedies, grade nothing."""
+    out = Path(tempfile.mkdtemp(prefix="mha-out-", dir=place.top))
+    out.chmod(0o777)
+    args = ["grade-all", str(place.klass), "-o", str(out)] if command == "grade-all" else ["nbgrader-sync", str(out)]
+    proc = run_cli(place, "user", args, env={"MHA_REFUSE": "unshare,landlock"})
+    assert proc.returncode == 2, f"{command}: expected exit 2, got {proc.returncode}:\n{proc.stderr[-2000:]}"
+    for words in ("the strongest level that works here is none", "your own uid", "Remedy:", "--isolation none"):
+        assert words in proc.stderr, f"{command}: expected {words!r} in the message, got:\n{proc.stderr[-2000:]}"
+    assert not (out / "gradebook.csv").exists(), f"{command}: expected nothing graded"
 
 
 def test_200_threads_of_the_grading_user_leave_the_process_limit_to_the_student(place, buggy_score):

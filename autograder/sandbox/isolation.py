@@ -130,11 +130,13 @@ def _probe(level, python):
     return str(answer.get("error") or "the probe did not confirm the level")
 
 
-def choose_isolation(requested="auto", require=None, python=sys.executable):
+def choose_isolation(requested="auto", require=None, python=sys.executable, class_run=False):
     """The level student code will run at: `requested`, or with "auto" the strongest that works here.
 
     Raises GraderUnavailable, naming the cause and the remedy, when the requested level does not work or
-    the level is below `require`.
+    the level is below `require`; and, for a `class_run` (grade-all, its shards, nbgrader-sync) as a normal
+    user, when "auto" comes down to "none": student code would run as the grader's own uid, and could read and
+    write all it can (the other students' work, the gradebook). An explicit "none" is never refused.
     """
     if requested not in ("auto", *LEVELS):
         raise ValueError(f"unknown isolation level {requested!r}")
@@ -149,6 +151,12 @@ def choose_isolation(requested="auto", require=None, python=sys.executable):
     if require is not None and LEVELS.index(level) > LEVELS.index(require):
         raise GraderUnavailable(f"--require-isolation {require}, but the strongest level that works here is "
                                 f"{level} {_why_and_remedy(tried)}")
+    if class_run and requested == "auto" and level == "none" and os.geteuid() != 0:
+        raise GraderUnavailable(
+            f"the strongest level that works here is none, and as a normal user (uid {os.getuid()}) student code "
+            "would then run as your own uid: it could read and write whatever you can, the other students' "
+            f"submissions and the gradebook included {_why_and_remedy(tried)} To grade at that level "
+            "all the same, knowingly, pass --isolation none.")
     return level
 
 

@@ -323,16 +323,31 @@ def _confine_landlock(config):
     _landlock = _landlock or _sibling("landlock")
     folders, _ = _needed_paths(config.get("forbidden", []))
     writable = [os.path.realpath(config["cwd"]), os.path.realpath(config["home"])]
-    proc = [f"/proc/{os.getpid()}", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/self"]
+    proc = ["/proc/cpuinfo", "/proc/meminfo", "/proc/stat", *_own_proc_entries()]
     devices = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
                *(os.path.join("/dev", d) for d in _listdir("/dev") if d.startswith(("nvidia", "dri")))]
     if any(d.startswith("nvidia") for d in _GPU_NODES):
         # What NVIDIA's driver does as CUDA starts, refused under Landlock with "Error 304: OS call failed" (on an
         # H200, driver 580): it reads /proc/driver/nvidia and /proc/driver/nvidia-uvm, and it names its threads
-        # by writing /proc/<pid>/task/<tid>/comm. Its own /proc folder is given file rights (read, write), no more.
+        # by writing /proc/<pid>/task/<tid>/comm. Its own threads' folder is given file rights (read, write), no
+        # more (which shows task/<tid>/net too: on a GPU machine, this level lets student code list sockets).
         proc += ["/proc/driver/nvidia", "/proc/driver/nvidia-uvm"]
-        devices.append(f"/proc/{os.getpid()}")
+        devices.append(f"/proc/{os.getpid()}/task")
     _landlock.restrict(read=folders + proc, write=writable, devices=devices)
+
+
+#: What of its own /proc folder the student process may not read at the landlock level: `net` lists the
+#: network namespace's sockets, the host's (/proc/self/net/unix named the grader's sockets), and `task` holds each
+#: thread's `net` again; the links (cwd, exe, root, ns/) are never granted, as a rule on one would grant its target.
+PROC_HIDDEN = ("net", "task")
+
+
+def _own_proc_entries():
+    """The entries of this process's /proc folder that student code may read: every one but the links and
+    PROC_HIDDEN (a Landlock rule on /proc/<pid> would grant all that is beneath it)."""
+    folder = f"/proc/{os.getpid()}"
+    return [f"{folder}/{name}" for name in _listdir(folder)
+            if name not in PROC_HIDDEN and not os.path.islink(f"{folder}/{name}")]
 
 
 def _listdir(path):
