@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import struct
 import subprocess
 import sys
+import time
+import tracemalloc
 import zipfile
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from autograder.sandbox import wire
+from autograder.sandbox import client, wire
 from tests.conftest import ROOT
 
 
@@ -154,7 +158,9 @@ def test_a_frame_that_is_not_json_is_refused(data):
 
 
 def test_every_string_is_cut_on_the_trusted_side():
-    message = "M" * 20_000_000  # the message bomb: 20 MB per failed check reached every report
+    # the message bomb: 20 MB per failed check reached every report (a header now holds at most MAX_HEADER
+    # bytes: the largest message that fits is cut too)
+    message = "M" * 1_000_000
     back = wire.decode(frame({"ok": False, "error": {"type": "E" * 10_000, "message": message}, "K" * 9000: 1}))
     assert len(back["error"]["message"]) <= wire.MAX_STRING
     assert back["error"]["message"].endswith("more characters cut]")
@@ -229,3 +235,85 @@ def test_a_request_keeps_a_cuda_view_on_its_device_and_sharing_its_storage():
     view, row = request_round_trip({"args": [base.transpose(1, 2), base[0, 1]]})["args"]
     assert view.device == base.device and torch.equal(view.cpu(), base.transpose(1, 2).cpu())
     assert view.stride() == (12, 1, 4) and view.untyped_storage().data_ptr() == row.untyped_storage().data_ptr()
+
+
+# -- a header is bounded before it is parsed (issue 32) -----------------------------------------------------------
+def decode_time_and_peak(data):
+    """(outcome, CPU seconds, MiB of extra peak Python memory) of wire.decode(data) in this process: 'decoded' or
+    the exception's name."""
+    tracemalloc.start()
+    start = time.process_time()
+    try:
+        wire.decode(data)
+        outcome = "decoded"
+    except ValueError as exc:
+        outcome = type(exc).__name__
+    seconds = time.process_time() - start
+    peak = tracemalloc.get_traced_memory()[1] / (1 << 20)
+    tracemalloc.stop()
+    return outcome, seconds, peak
+
+
+def test_a_64_mib_header_of_empty_objects_is_refused_at_once():
+    """The JSON bomb: a 64 MiB header [{},{},...] is well-formed, and json.loads made ~22 million dicts of it
+    (over 3 GB and 19 to 83 s of the grader's CPU); it is refused before it is parsed."""
+    size = client.MAX_ANSWER - 8  # the largest answer the grader reads
+    header = b"[" + b"{}," * ((size - 2) // 3)
+    header = header[:-1] + b"]" + b" " * (size - len(header))  # still JSON: whitespace may follow
+    data = struct.pack(">Q", len(header)) + header
+    del header
+    outcome, seconds, peak = decode_time_and_peak(data)
+    assert outcome == "Malformed", f"expected the 64 MiB header to be refused, got {outcome}"
+    assert seconds < 20, f"expected milliseconds to refuse it, got {seconds:.1f} s of CPU"
+    assert peak < 256, f"expected under 256 MiB of extra memory to refuse it, got {peak:.0f} MiB"
+
+
+def test_a_header_under_the_size_cap_with_too_many_values_is_refused():
+    header = b"[" + b"0," * ((wire.MAX_HEADER - 2) // 2 - 1) + b"0]"  # ~500k values in just under 1 MiB
+    assert len(header) <= wire.MAX_HEADER and json.loads(header)[-1] == 0  # under the size cap, and JSON
+    with pytest.raises(wire.Malformed, match=f"at most {wire.MAX_VALUES}"):
+        wire.decode(struct.pack(">Q", len(header)) + header)
+
+
+def test_a_large_real_answer_is_far_below_both_caps_and_decodes():
+    """A state answer of 300 named tensors and an error message and traceback at the student process's cuts
+    (2000 and 4000 characters), written in the characters the value count counts and the non-ASCII ones that
+    JSON escapes: under a tenth of each cap."""
+    params = {f"blocks.{i}.heads.{i % 8}.proj.weight": torch.randn(4, 3) for i in range(300)}  # (d_out, d_in)
+    error = {"type": "ValueError", "mro": ["ValueError", "Exception", "BaseException", "object"],
+             "message": ("{[:,]}é" * 1000)[:2000], "traceback": ("✓,{:[" * 1000)[:4000]}
+    data = wire.encode({"ok": True, "parameters": params, "parameter_names": list(params), "error": error})
+    (size,) = struct.unpack(">Q", data[:8])
+    values = sum(data[8:8 + size].count(c) for c in (b"{", b"[", b",", b":"))
+    assert size < wire.MAX_HEADER // 10, f"expected a header under a tenth of the cap, got {size} bytes"
+    assert values < wire.MAX_VALUES // 10, f"expected under a tenth of the values cap, got {values}"
+    back = wire.decode(data)
+    assert list(back["parameters"]) == list(params) and back["error"] == error
+    assert all(torch.equal(back["parameters"][k], v) for k, v in params.items())
+
+
+def test_tensors_that_claim_the_same_bytes_twice_are_refused():
+    """encode gives each tensor bytes of its own: a frame whose tensors share theirs would, put back on a GPU,
+    cost one copy per tensor (thousands of copies of one 64 MiB block)."""
+    block = {"__tensor__": ["float32", [16], 0, 64, "cpu"]}
+    assert wire.decode(frame({"value": [block]}, b"\0" * 64))["value"][0].shape == (16,)  # once: fine
+    with pytest.raises(wire.Malformed, match="in a payload of 64"):
+        wire.decode(frame({"value": [block, block]}, b"\0" * 64))
+
+
+def test_decoding_an_answer_counts_against_the_calls_deadline(monkeypatch):
+    """Sandbox._read: an answer that arrives in time but takes past the deadline to decode is a timeout."""
+    read, write = os.pipe()
+    body = wire.encode({"ok": True})
+    os.write(write, struct.pack(">Q", len(body)) + body)
+    fake = SimpleNamespace(_proc=SimpleNamespace(stdout=SimpleNamespace(fileno=lambda: read)))
+    decode = wire.decode
+    monkeypatch.setattr(wire, "decode", lambda data: (time.sleep(0.3), decode(data))[1])  # a slow decoding
+    try:
+        assert client.Sandbox._read(fake, time.monotonic() + 30) == {"ok": True}  # in time: the answer
+        os.write(write, struct.pack(">Q", len(body)) + body)
+        with pytest.raises(TimeoutError):
+            client.Sandbox._read(fake, time.monotonic() + 0.2)
+    finally:
+        os.close(read)
+        os.close(write)

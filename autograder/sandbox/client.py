@@ -251,7 +251,11 @@ class Sandbox:
         if size > limit:
             raise wire.Malformed(f"an answer of {size / (1 << 20):.1f} MiB (no answer to this request needs more "
                                  f"than {limit / (1 << 20):g} MiB)")
-        return wire.decode(_read_exactly(fd, size, deadline))
+        answer = wire.decode(_read_exactly(fd, size, deadline))
+        # decoding is part of the call: an answer that took past the deadline to read back is a timeout too
+        if (deadline.left() if isinstance(deadline, batchlock.Deadline) else deadline - time.monotonic()) <= 0:
+            raise TimeoutError
+        return answer
 
     def _ensure_ready(self):
         """Start the student process if needed and wait for its handshake; GraderUnavailable if it fails.

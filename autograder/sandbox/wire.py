@@ -31,6 +31,16 @@ Refused with that description: the student's answer, not a grader error.
 `encode` runs in the student process, so nothing in `decode` trusts it:
 a frame that breaks any rule raises Malformed.
 
+The header is bounded before it is parsed: at most MAX_HEADER bytes, with
+at most MAX_VALUES of the bytes `{`, `[`, `,` and `:` (a bound on its
+containers and values, those inside strings counted too), so json.loads
+builds a few MB of objects at most: a 64 MiB header of [{},{},...] cost
+the grader over 3 GB and 19 to 83 s of CPU before. A real answer's header
+is far below both: ~60 bytes and ~11 of those bytes per tensor, error
+messages cut to 2000 and 4000 characters. The tensors' bytes add up to at
+most the payload (encode gives each its own), so that putting them back
+on a GPU costs at most the frame too.
+
 Requests, from the trusted side to the student process, travel in the same
 frame (`encode_request`, `decode_request`), with what a request must carry
 as sent and an answer must never bring: a tensor is a view
@@ -52,6 +62,8 @@ import re
 import struct
 
 MAX_DIMS = 8
+MAX_HEADER = 1 << 20  # bytes of JSON in one answer's header
+MAX_VALUES = 100_000  # `{`, `[`, `,` and `:` bytes in one answer's header: a bound on its containers and values
 MAX_STRING = 4000  # characters: longer strings are cut, with a note of how much was cut
 ALIGN = 16  # each tensor's bytes start at a multiple of this in the payload: view(dtype) needs it
 
@@ -224,12 +236,20 @@ def decode(data: bytes):
     (size,) = struct.unpack(">Q", data[:8])
     if size > len(data) - 8:
         raise Malformed(f"a header of {size} bytes in a frame of {len(data)}")
+    if size > MAX_HEADER:
+        raise Malformed(f"a header of {size} bytes (at most {MAX_HEADER} bytes: tensors travel in the payload)")
+    text = data[8:8 + size]
+    values = sum(text.count(c) for c in (b"{", b"[", b",", b":"))
+    if values > MAX_VALUES:
+        raise Malformed(f"a header of up to {values} containers and values (its {{, [, , and : bytes; at most "
+                        f"{MAX_VALUES})")
     try:
-        header = json.loads(data[8:8 + size])
+        header = json.loads(text)
     except (ValueError, RecursionError) as exc:  # not JSON, nested too deep, an integer of 5000 digits
         raise Malformed(f"a header that is not JSON ({type(exc).__name__})") from None
     payload = memoryview(data)[8 + size:]
     buffer = None
+    claimed = 0  # bytes of the payload that the tensors so far took: at most the payload, as encode wrote it
     torch = _torch()
 
     def kind(dtype, shape):
@@ -246,7 +266,7 @@ def decode(data: bytes):
         return torch.empty(spec[1], dtype=kind(*spec), device="meta")
 
     def tensor(spec):
-        nonlocal buffer
+        nonlocal buffer, claimed
         if not (isinstance(spec, list) and len(spec) == 5):
             raise Malformed("a tensor described by something other than [dtype, shape, offset, nbytes, device]")
         dtype, shape, offset, nbytes, device = spec
@@ -262,6 +282,9 @@ def decode(data: bytes):
         if numel * torch.empty((), dtype=dtype_).element_size() != nbytes or offset + nbytes > len(payload):
             raise Malformed(f"a tensor of shape {tuple(shape)} and {dtype} whose {nbytes} bytes do not match it "
                             "or lie outside the frame")
+        claimed += nbytes
+        if claimed > len(payload):  # tensors that share bytes: on a GPU, each would be a copy of its own
+            raise Malformed(f"tensors of {claimed} bytes or more in a payload of {len(payload)}")
         if not nbytes:
             out = torch.empty(shape, dtype=dtype_)
         else:
