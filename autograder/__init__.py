@@ -11,5 +11,6 @@ LEVELS = ("namespaces", "landlock", "none")
 LEVEL_HELP = {
     "namespaces": "own PID, mount and network namespaces; sees only system folders and its copy",
     "landlock": "Landlock: reads only system and Python folders and its copy; no TCP",
-    "none": "resource limits only: student code could read what the grading user can read",
+    "none": ("WARNING: resource limits and a seccomp filter only: student code could read and write what the "
+             "grading user can"),
 }

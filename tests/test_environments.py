@@ -190,7 +190,7 @@ def test_200_threads_of_the_grading_user_leave_the_process_limit_to_the_student(
 # -- refusals: a lower level, or exit 2; never a 0 -----------------------------------------------------
 def _steps(level):
     """The confinement steps a level goes through here (autograder/sandbox/student_process.py marks each with _step)."""
-    common = ["fork", "setrlimit", "read-python"]
+    common = ["fork", "setrlimit", "read-python", "seccomp"]
     if level == "namespaces":
         own = ["unshare", "unshare-mount", "mount", "pivot-root"] + (["setuid"] if ROOT_USER else ["uid-map", "capset"])
         return own + common

@@ -135,7 +135,7 @@ def test_at_the_none_level_the_report_says_so(tmp_path, student_python):
     assert seen["no_new_privs"] == ["1"], "a setuid program could give student code privileges"
     report = grade(SOLUTIONS, isolation="none", select="test_masks", python=student_python)
     assert report.isolation == "none" and report.score == 100, report.to_text()
-    assert "Isolation: none (resource limits only" in report.to_text()
+    assert "Isolation: none (WARNING: resource limits and a seccomp filter only" in report.to_text()
     assert "not in Linux namespaces" in report.isolation_note()
 
 

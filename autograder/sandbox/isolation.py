@@ -26,6 +26,9 @@ REMEDY = {
                    "kernel.apparmor_restrict_unprivileged_userns=0), or run the grader as root; in Docker, root "
                    "needs --cap-add SYS_ADMIN --security-opt seccomp=unconfined (or --privileged)"),
     "landlock": "use Linux 5.13 or later with Landlock enabled (lsm=...,landlock on the kernel command line)",
+    "seccomp": ("use a Linux kernel with seccomp filters (CONFIG_SECCOMP_FILTER, Linux 3.17 or later, as every "
+                "distribution's); in a container, allow the seccomp() and prctl() calls (Docker's default profile "
+                "does)"),
     "readable": ("student code never runs as root, and the uid it runs as must read Python and torch: run the "
                  "grader with a Python that other users can read (e.g. a venv made from /usr/bin/python3), or "
                  "as a normal user"),
@@ -34,6 +37,8 @@ REMEDY = {
 
 def remedy(level, why):
     """What to do about `level` failing for the reason `why`."""
+    if "at seccomp" in why:
+        return REMEDY["seccomp"]
     return REMEDY["readable" if "reading Python" in why or level == "none" else level]
 
 CHILD = Path(__file__).with_name("student_process.py")

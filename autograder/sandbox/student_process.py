@@ -114,7 +114,7 @@ CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
     1, 2, 4, 8, 32, 4096, 16384, 1 << 18)
-MNT_DETACH, PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 2, 1, 38, 36
+MNT_DETACH, PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE = 2, 1, 38, 36, 4
 SANDBOX_UID_BASE = 1_500_000  # root runs each student process as a uid of its own, above the usual ranges
 _libc = None
 _REFUSE = frozenset()  # steps refused on purpose (the kit's tests: MHA_REFUSE on the trusted side)
@@ -311,6 +311,7 @@ def _sibling(name):
 
 
 _landlock = None
+_seccomp = _sibling("seccomp")  # the second wall at every level, loaded now (stdlib only), installed before student code
 _wire = _sibling("wire")  # the answers' format, loaded now: once confined, the kit may be out of sight
 _lazy_dynamo = _sibling("lazy_dynamo")  # the same: torch._dynamo imported only if student code really uses it
 _seeding = _sibling("seeding")  # the same: torch seeded as the grader seeds it
@@ -377,22 +378,23 @@ def _keep():
     for fd in (0, 1, _IN, _OUT):  # the protocol belongs to the student process
         os.close(fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:  # student code of the same uid (the landlock and none levels) may not read its /proc files
+        _prctl(PR_SET_DUMPABLE, 0)
+    except OSError:
+        pass
 
     def stop(*_):
         _end_descendants(pid)
         os._exit(128 + signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, stop)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except ChildProcessError:
-            status = 0
-            break
+    try:  # ended, not reaped: its pid stays taken until every process it left is gone (_end_descendants)
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    except ChildProcessError:
+        pass
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _end_descendants(pid)
-    code = os.waitstatus_to_exitcode(status)
+    status = _end_descendants(pid)
+    code = 0 if status is None else os.waitstatus_to_exitcode(status)
     if code < 0:  # mirror a death by signal, for the trusted side's message
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if -code not in (signal.SIGKILL, signal.SIGSTOP):
@@ -415,24 +417,37 @@ def _children(me):
 
 
 def _end_descendants(first):
-    """Kill `first` and every process that ends up a child of this subreaper, until none is left."""
+    """Kill `first` and every process that ends up a child of this subreaper, until none is left; return `first`'s
+    wait status (None when it is not ours to reap).
+
+    `first` is reaped last: until every other process of the student's is gone its pid stays taken (a zombie), so
+    none of them can see the student process end and act then (a daemon that waits for the run to be over to
+    write where the grader's uid may write, at the none level)."""
     me = os.getpid()
     try:
         os.kill(first, signal.SIGKILL)
+        os.waitid(os.P_PID, first, os.WEXITED | os.WNOWAIT)  # ended: its children are ours now, not yet reaped
     except OSError:
         pass
     for _ in range(500):  # each round ends one generation; orphans of the killed come to us
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0]:
-                pass
-        except ChildProcessError:
-            return
-        for kid in _children(me):
+        others = [kid for kid in _children(me) if kid != first]
+        if not others:
+            break
+        for kid in others:
             try:
                 os.kill(kid, signal.SIGKILL)
             except OSError:
                 pass
         time.sleep(0.002)
+        for kid in others:
+            try:
+                os.waitpid(kid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+    try:
+        return os.waitpid(first, 0)[1]
+    except ChildProcessError:
+        return None
 
 
 # -- limits ------------------------------------------------------------------------
@@ -576,6 +591,23 @@ def _enter(config):
     return level
 
 
+def _second_wall(level):
+    """The seccomp filter (autograder/sandbox/seccomp.py), at every level, once confinement is done and before any
+    student code: no socket, no connect, no ptrace or process_vm_*, no signal to another process, no keyctl, bpf,
+    userfaultfd, perf_event_open, io_uring, mount or new namespace. Installed for every thread (TSYNC), after CUDA
+    has started (its driver opens what it needs first). The process also becomes non-dumpable: another student's
+    code of the same uid (the none level) may not read its memory through /proc/<pid>/mem. A refusal ends the
+    process with a handshake that says why: the grader's failure, never the student's."""
+    if not sys.platform.startswith("linux"):  # macOS: resource limits only (README, "Where the kit runs")
+        return
+    try:
+        _step("seccomp")
+        _seccomp.restrict()
+        _prctl(PR_SET_DUMPABLE, 0)
+    except (OSError, ValueError) as exc:
+        _fail(f"{level} isolation failed at seccomp (as uid {os.getuid()}): {exc}")
+
+
 def _import_failed(exc):
     limits = _CONFIG.get("limits", {}) if "_CONFIG" in globals() else {}
     hint = ""
@@ -589,6 +621,7 @@ if __name__ == "__main__":  # confined before torch is imported: unsharing needs
     _CONFIG = json.loads(sys.argv[1])
     _ISOLATION = _enter(_CONFIG)
     if _CONFIG.get("probe"):  # autograder.sandbox.isolation.probe(): how far confinement goes here
+        _second_wall(_ISOLATION)
         _handshake(ready=True, isolation=_ISOLATION, pid=os.getpid())
         os._exit(0)
 
@@ -852,6 +885,10 @@ def _error(exc):
 
 def forked(request, fds):
     """The zygote's handler (autograder/sandbox/forkserver.py): become one student process."""
+    # dumpable again, as a cold process starts (the zygote is not, and a fork inherits that): as a normal user,
+    # entering a user namespace writes its own /proc/self/uid_map, which a non-dumpable process may not
+    # (_second_wall makes it non-dumpable once confined)
+    _prctl(PR_SET_DUMPABLE, 1)
     os.dup2(fds[0], 0)
     os.dup2(fds[1], 1)
     for fd in fds:
@@ -882,6 +919,7 @@ def main(isolation, limits, warm=True):
     # not run then, and make the CUDA checks skip
     cuda_problem = _cuda_problem()
     _bound_address_space(limits)
+    _second_wall(isolation)
     sys.path.insert(0, _SUBMISSION)  # from here on, imports may find student files
     if warm:
         _warming.start()
