@@ -183,7 +183,7 @@ LAYERS = [
       "autograder.sandbox.client", "autograder.sandbox.student_process", "autograder.sandbox.wire",
       "autograder.sandbox.landlock", "autograder.sandbox.forkserver", "autograder.sandbox.diskguard",
       "autograder.sandbox.freeze", "autograder.sandbox.batchlock", "autograder.sandbox.selfcheck",
-      "autograder.sandbox.lazy_dynamo", "autograder.sandbox.seeding"}),
+      "autograder.sandbox.lazy_dynamo", "autograder.sandbox.seeding", "autograder.sandbox.seccomp"}),
     ("the report: the model and its formats",
      {"autograder.report", "autograder.report.model", "autograder.report.ci", "autograder.report.html",
       "autograder.report.formats"}),
@@ -272,7 +272,7 @@ def test_what_runs_outside_the_package_imports_nothing_of_the_kit():
     """The student process and the siblings it loads by path, from its own folder (autograder/sandbox/); the
     self-check, shipped to students as is; the fork server, generic."""
     loaded = _loaded_by_path()
-    assert loaded >= {"autograder.sandbox.wire", "autograder.sandbox.landlock"}, loaded
+    assert loaded >= {"autograder.sandbox.wire", "autograder.sandbox.landlock", "autograder.sandbox.seccomp"}, loaded
     modules, graph = _kit_modules(), import_graph()
     beside = sorted(m for m in loaded if m not in modules)
     assert not beside, f"expected the student process's by-path siblings in its folder, missing {beside}"

@@ -3,7 +3,7 @@
 It runs either as `python -I student_process.py CONFIG` or as a fork of the warm
 student zygote (autograder/sandbox/forkserver.py), with the protocol pipes on fds 0
 and 1. It is self-contained on purpose (stdlib and torch only, and the
-stdlib-only autograder/sandbox/landlock.py, wire.py and lazy_dynamo.py, loaded by path): the trusted grader never
+stdlib-only autograder/sandbox/landlock.py, seccomp.py, wire.py, lazy_dynamo.py and seeding.py, loaded by path): the trusted grader never
 imports student code, it sends requests here and compares what comes back
 itself.
 
@@ -24,7 +24,10 @@ confined):
   it cannot signal processes outside its domain;
 * `none`: resource limits only.
 
-At every level: stdout and stderr go to a log file that the trusted side
+At every level: a seccomp filter, installed once confined and before any
+student code (`_second_wall`: no socket, no signal, ptrace or
+process_vm_* towards another process, no new namespace or mount), and the
+process is then non-dumpable; stdout and stderr go to a log file that the trusted side
 reads; the protocol uses private copies of the pipes; the student code never
 runs as root (root drops to a uid of its own); resource limits (CPU time,
 memory, processes, output size) bound it; and this process forks a
