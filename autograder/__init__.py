@@ -14,3 +14,9 @@ LEVEL_HELP = {
     "none": ("WARNING: resource limits and a seccomp filter only: student code could read and write what the "
              "grading user can"),
 }
+
+# How to get the strongest level where it is refused (autograder.sandbox.isolation.REMEDY, and every report's
+# note when student code ran below it)
+NAMESPACES_REMEDY = ("allow user namespaces (on Ubuntu 23.10 and later: sudo sysctl -w "
+                     "kernel.apparmor_restrict_unprivileged_userns=0), or run the grader as root; in Docker, root "
+                     "needs --cap-add SYS_ADMIN --security-opt seccomp=unconfined (or --privileged)")

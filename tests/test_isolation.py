@@ -137,6 +137,8 @@ def test_at_the_none_level_the_report_says_so(tmp_path, student_python):
     assert report.isolation == "none" and report.score == 100, report.to_text()
     assert "Isolation: none (WARNING: resource limits and a seccomp filter only" in report.to_text()
     assert "not in Linux namespaces" in report.isolation_note()
+    assert "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0" in report.isolation_note(), \
+        f"expected the note to name the remedy, got {report.isolation_note()!r}"
 
 
 def _limited(tmp_path, code, **limits):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from autograder import LEVEL_HELP, MODULES
+from autograder import LEVEL_HELP, MODULES, NAMESPACES_REMEDY
 from autograder.scoring import fmt
 from autograder.scoring import figures as _figures
 
@@ -344,4 +344,5 @@ class GradeReport:
             return ""
         return (f"Note: student code ran at the {self.isolation} isolation level, not in Linux namespaces; "
                 "resource limits applied, and results are written by the grader only. "
-                "--require-isolation LEVEL refuses to grade below a level.")
+                "--require-isolation LEVEL refuses to grade below a level. For the namespaces level: "
+                f"{NAMESPACES_REMEDY}.")

@@ -16,15 +16,13 @@ import threading
 import time
 from pathlib import Path
 
-from autograder import LEVELS
+from autograder import LEVELS, NAMESPACES_REMEDY
 from autograder.sandbox import batchlock
 from autograder.sandbox.errors import GraderUnavailable
 from autograder.sandbox.limits import WRITABLE, Limits, forbidden_paths, student_env
 
 REMEDY = {
-    "namespaces": ("allow user namespaces (on Ubuntu 23.10 and later: sudo sysctl -w "
-                   "kernel.apparmor_restrict_unprivileged_userns=0), or run the grader as root; in Docker, root "
-                   "needs --cap-add SYS_ADMIN --security-opt seccomp=unconfined (or --privileged)"),
+    "namespaces": NAMESPACES_REMEDY,
     "landlock": "use Linux 5.13 or later with Landlock enabled (lsm=...,landlock on the kernel command line)",
     "seccomp": ("use a Linux kernel with seccomp filters (CONFIG_SECCOMP_FILTER, Linux 3.17 or later, as every "
                 "distribution's); in a container, allow the seccomp() and prctl() calls (Docker's default profile "
