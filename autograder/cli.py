@@ -191,7 +191,9 @@ def cli():
 def grade(path, fmt, output, min_score, call_timeout, submission_timeout, timeout, **sandbox):
     """Grade one submission: a folder of the five modules (as .py files or as
     the notebooks 01_attention.ipynb ... 05_positional.ipynb), a zip of one,
-    or a single notebook such as 03_masks.ipynb.
+    or a single notebook such as 03_masks.ipynb (or a name that ends with
+    it: bea_03_masks.ipynb, "03_masks (1).ipynb"; the README's "Uploads as
+    students name them" gives the rule).
 
     Student code runs in a separate process and never in the grader's; a
     missing module, a crash or a hang costs only the checks that need it.

@@ -1,6 +1,7 @@
 """grade-all: a whole class, in parallel, with feedback, a gradebook, and resume."""
 import csv
 import glob
+import json
 import os
 import shutil
 import tempfile
@@ -439,3 +440,39 @@ def test_warm_servers_start_at_the_first_grading_that_needs_them_and_never_for_s
     second = batch.grade_all(subs, out, jobs=2)
     assert len(started) == 1, f"expected one pair of servers for the two gradings, got {len(started)}"
     assert second["alice"].total == second["bob"].total == 100, (second["alice"], second["bob"])
+
+
+def test_a_class_of_uploads_named_as_students_name_them(tmp_path):
+    """Issue 33: a class folder whose entries are a single renamed notebook (bea_03_masks.ipynb, a browser's
+    re-download 03_masks (1).ipynb) and a folder of renamed notebooks and .py files. Each renamed file is
+    graded as its module: the single notebooks earn masks' 8 of 8 (they were marked empty before), the folder
+    100; the gradebook and the feedback name each submission as uploaded."""
+    from autograder.release import ASSIGNMENT_DIR, NOTEBOOKS
+    from autograder.report.html import md_inline
+
+    subs = tmp_path / "submissions"
+    subs.mkdir()
+    for name in ("bea_03_masks.ipynb", "03_masks (1).ipynb"):
+        shutil.copyfile(ASSIGNMENT_DIR / NOTEBOOKS["masks"], subs / name)
+    cleo = subs / "cleo"
+    cleo.mkdir()
+    for module, name in {"attention": "Copy of 01_attention.ipynb", "heads": "02-heads(2).ipynb",
+                         "masks": "cleo_03_masks.ipynb"}.items():
+        shutil.copyfile(ASSIGNMENT_DIR / NOTEBOOKS[module], cleo / name)
+    shutil.copyfile(SOLUTIONS / "mha.py", cleo / "mha (1).py")
+    shutil.copyfile(SOLUTIONS / "positional.py", cleo / "positional.py")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["grade-all", str(subs), "--output", str(out), "--jobs", "2"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    book = rows(out)
+    assert sorted(book) == ["03_masks (1).ipynb", "bea_03_masks.ipynb", "cleo"], sorted(book)
+    assert book["cleo"]["total"] == "100" and book["cleo"]["status"] == "graded", book["cleo"]
+    for sub in ("bea_03_masks.ipynb", "03_masks (1).ipynb"):
+        assert book[sub]["status"] == "graded" and book[sub]["masks"] == "8" and book[sub]["total"] == "8", book[sub]
+        assert all(book[sub][m] == "0" for m in MODULES if m != "masks"), book[sub]
+        feedback = (out / sub / "feedback.md").read_text()
+        assert feedback.startswith(f"# Feedback: {md_inline(sub)}\n"), feedback[:200]
+        results = json.loads((out / sub / "results.json").read_text())
+        masks = [t for t in results["tests"] if t["name"].startswith("masks:")]
+        assert masks and all(t["status"] == "passed" for t in masks) and results["score"] == 8, results

@@ -300,3 +300,25 @@ def test_a_grader_that_cannot_run_student_code_is_an_autograder_failure_not_a_0(
     assert data["output"].startswith("Autograder failure, not a grade:"), data["output"]
     assert "setrlimit" in data["output"] and data["tests"] == [], data
     assert "not a problem with the submission" in data["output"] and data["extra_data"] == {"status": "error"}
+
+
+@pytest.mark.grading
+@pytest.mark.parametrize("with_stub", [False, True], ids=["alone", "beside-the-masks-stub"])
+def test_a_notebook_uploaded_under_the_students_name_is_graded_as_its_module(gradescope, with_stub):
+    """Issue 33: Gradescope keeps the student's file names in /autograder/submission. bea_03_masks.ipynb (the
+    reference notebook, renamed) earns masks' 8 of 8, alone (it was "Nothing to grade" before) or beside the
+    untouched masks.py stub, which the output then names as not graded, naming the notebook graded instead."""
+    from autograder.release import ASSIGNMENT_DIR, NOTEBOOKS, TEMPLATE_DIR
+
+    shutil.copyfile(ASSIGNMENT_DIR / NOTEBOOKS["masks"], gradescope / "submission" / "bea_03_masks.ipynb")
+    if with_stub:
+        shutil.copyfile(TEMPLATE_DIR / "masks.py", gradescope / "submission" / "masks.py")
+    data, log = run_autograder(gradescope)
+    check_results_format(data)
+    assert data["score"] == 8 and data["extra_data"] == {"status": "graded"}, (data["output"], log)
+    masks = [t for t in data["tests"] if t["name"].startswith("masks:")]
+    assert masks and all(t["status"] == "passed" for t in masks), masks
+    assert sum(Decimal(str(t["score"])) for t in masks) == sum(Decimal(str(t["max_score"])) for t in masks) == 8
+    note = ("masks.py: not graded: bea_03_masks.ipynb was graded instead (masks.py is the untouched template and "
+            "the notebook holds your work)")
+    assert (note in data["output"]) == with_stub, data["output"]

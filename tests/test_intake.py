@@ -11,6 +11,7 @@ the intake does (the folder entries it lists, counted), never by the clock.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -709,3 +710,174 @@ def test_past_the_file_cap_the_modules_come_first_and_one_note_counts_the_rest(t
                                  "files and notebooks, and its folder holds 245"), notes
     last = list(notes.values())[-1]
     assert last.startswith("22 more files not graded, from a018.py to a039.py"), last
+
+
+# -- uploads as students name them (issue 33): the name rule, one file a module -------------------------------
+def _solved_notebook(module: str, folder: Path, name: str, edit=None) -> Path:
+    """The reference notebook of `module` (the solved assignment) saved as `folder`/`name`; `edit` (old, new)
+    changes a line of its module cell's code."""
+    from autograder.release import ASSIGNMENT_DIR, NOTEBOOKS
+
+    text = (ASSIGNMENT_DIR / NOTEBOOKS[module]).read_text()
+    if edit:
+        old, new = edit
+        assert json.dumps(old)[1:-1] in text, f"{old!r} is not in {NOTEBOOKS[module]}"
+        text = text.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1])
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text)
+    return folder / name
+
+
+#: A change of masks' code that still compiles (so that both files hold work, and differ).
+MASKS_EDIT = ("def causal_mask(seq_len, device=None):", "def causal_mask(seq_len, device=None):  # edited\n    pass")
+
+
+def test_uploads_named_as_students_name_them_are_taken_as_their_modules(tmp_path):
+    """A flat upload (as Gradescope keeps it) of renamed notebooks and .py files: each is its module, the
+    module's .py file is written under the module's name, the notebook's module names the notebook."""
+    folder = tmp_path / "submission"
+    _solved_notebook("attention", folder, "Copy of 01_attention.ipynb")
+    _solved_notebook("heads", folder, "02_heads (1).ipynb")
+    _solved_notebook("masks", folder, "bea_03_masks.ipynb")
+    shutil.copyfile(SOLUTIONS / "mha.py", folder / "mha (1).py")
+    shutil.copyfile(SOLUTIONS / "positional.py", folder / "Positional.py")
+    (folder / "masks_old.py").write_text("raise RuntimeError('an old attempt, never graded')\n")
+    (folder / "04_mha_notes.ipynb").write_text("{}")
+    with taken(folder) as got:
+        written = sorted(os.listdir(got.folder))
+        assert written == sorted(["masks_old.py", *(f"{m}.py" for m in MODULES)]), written
+        assert not got.notes and not got.missing, (got.notes, got.missing)
+        assert (got.folder / "mha.py").read_bytes() == (SOLUTIONS / "mha.py").read_bytes()
+        assert (got.folder / "positional.py").read_bytes() == (SOLUTIONS / "positional.py").read_bytes()
+        first = (got.folder / "masks.py").read_text().splitlines()[0]
+        assert first.startswith('"""masks.py, taken from bea_03_masks.ipynb: '), first
+        assert (got.folder / "attention.py").read_text().startswith('"""attention.py, taken from Copy of 01_att')
+
+
+def test_a_renamed_notebook_in_a_zip_folder_is_found_and_taken(tmp_path):
+    """A zip of a folder that holds only a renamed notebook (and a helper): the search finds that folder."""
+    notebook = _solved_notebook("masks", tmp_path / "nb", "03-masks(2).ipynb")
+    archive = tmp_path / "bea.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("bea/03-masks(2).ipynb", notebook.read_bytes())
+        zf.writestr("bea/helpers.py", "X = 1\n")
+    with taken(archive) as got:
+        assert sorted(os.listdir(got.folder)) == ["helpers.py", "masks.py"]
+        assert (got.folder / "masks.py").read_text().startswith('"""masks.py, taken from 03-masks(2).ipynb: ')
+        assert not got.notes and set(got.missing) == set(MODULES) - {"masks"}
+
+
+@pytest.mark.parametrize("form", ["ipynb", "py"])
+def test_two_files_of_one_module_that_differ_cost_that_module_only_with_one_message_naming_both(tmp_path, form):
+    """03_masks.ipynb and bea_03_masks.ipynb (masks.py and masks (1).py), both with work that differs: which
+    to grade is not clear, so neither is: masks is missing with one note naming both files, the other modules
+    are taken as they are."""
+    folder = _reference(tmp_path / "submission")
+    if form == "ipynb":
+        (folder / "masks.py").unlink()
+        _solved_notebook("masks", folder, "03_masks.ipynb")
+        _solved_notebook("masks", folder, "bea_03_masks.ipynb", edit=MASKS_EDIT)
+        first, second = "03_masks.ipynb", "bea_03_masks.ipynb"
+    else:
+        old, new = MASKS_EDIT
+        (folder / "masks (1).py").write_text((SOLUTIONS / "masks.py").read_text().replace(old, new))
+        first, second = "masks.py", "masks (1).py"
+    files, notes, missing = _taken(folder)
+    assert files == sorted(f"{m}.py" for m in MODULES if m != "masks"), files
+    message = (f"{first} and {second}: not graded: both are files of the module masks and both hold work, and "
+               f"only one file of a module is graded: hand in one of them, and remove or rename the others (a file "
+               f"whose name is masks.py or ends with 03_masks (as 03_masks.ipynb or bea_03_masks.ipynb) stands "
+               f"for masks)")
+    assert notes == {first: message} and missing == {"masks": message}, (notes, missing)
+
+
+def test_two_files_of_one_module_with_the_same_code_or_one_untouched_grade_the_work(tmp_path):
+    """An upload made twice (masks.py and masks (1).py, the same code) is no ambiguity, nor is a re-download
+    with work beside the untouched template notebook: the work is graded, the other file named."""
+    folder = _reference(tmp_path / "twice")
+    shutil.copyfile(SOLUTIONS / "masks.py", folder / "masks (1).py")
+    files, notes, missing = _taken(folder)
+    assert files == sorted(f"{m}.py" for m in MODULES) and not missing, files
+    assert notes == {"masks (1).py": "masks (1).py: not graded: masks.py was graded instead (both hold the same "
+                                     "code)"}, notes
+    _solved_notebook("masks", folder, "bea_03_masks.ipynb", edit=MASKS_EDIT)  # other work, in the other form
+    with taken(folder) as got:
+        assert (got.folder / "masks.py").read_bytes() == (SOLUTIONS / "masks.py").read_bytes()
+        assert got.notes["bea_03_masks.ipynb"] == ("bea_03_masks.ipynb: not graded: masks.py was graded instead "
+                                                   "(both hold work, and then the .py file is graded: hand in one "
+                                                   "form of each module, not both)"), got.notes
+    from autograder.release import TEMPLATE_DIR
+
+    folder = _reference(tmp_path / "redownload")
+    (folder / "masks.py").unlink()
+    shutil.copyfile(TEMPLATE_DIR / "03_masks.ipynb", folder / "03_masks.ipynb")
+    _solved_notebook("masks", folder, "03_masks (1).ipynb")
+    with taken(folder) as got:
+        assert (got.folder / "masks.py").read_text().startswith('"""masks.py, taken from 03_masks (1).ipynb: ')
+        assert got.notes == {"03_masks.ipynb": "03_masks.ipynb: not graded: 03_masks (1).ipynb was graded instead "
+                                               "(03_masks.ipynb is the untouched template and 03_masks (1).ipynb "
+                                               "holds your work)"}, got.notes
+        assert not got.missing
+
+
+def test_a_file_whose_name_holds_two_modules_names_is_named_for_both(tmp_path):
+    folder = _reference(tmp_path / "submission")
+    for module in ("masks", "mha"):
+        (folder / f"{module}.py").unlink()
+    _solved_notebook("mha", folder, "03_masks_and_04_mha.ipynb")
+    files, notes, missing = _taken(folder)
+    message = ("03_masks_and_04_mha.ipynb: not graded: its name holds the names of 2 modules (masks and mha), and a "
+               "file stands for one module: hand in each module in a file of its own, named after it "
+               "(03_masks.ipynb and 04_mha.ipynb)")
+    assert notes == {"03_masks_and_04_mha.ipynb": message}, notes
+    assert missing == {"masks": message, "mha": message}, missing
+
+
+def test_a_crowd_of_files_for_one_module_is_refused_unread(tmp_path, monkeypatch):
+    """More files of one module than MAX_CANDIDATES: refused without reading one of them as code, in one note
+    that names a few and counts the rest; the other modules are taken."""
+    read = []
+    monkeypatch.setattr(intake, "form_digest", lambda name, data: read.append(name))
+    folder = _reference(tmp_path / "submission")
+    for i in range(30):
+        (folder / f"masks ({i}).py").write_bytes(b"x = 1\n")
+    files, notes, missing = _taken(folder)
+    assert files == sorted(f"{m}.py" for m in MODULES if m != "masks") and not read, (files, read)
+    assert list(notes) == ["masks.py"] and notes["masks.py"] == missing["masks"], notes
+    assert notes["masks.py"] == ("masks.py, masks (0).py, masks (1).py, masks (10).py and 27 more files: not "
+                                 "graded: 31 files stand for the module masks, more than the 8 compared: hand in "
+                                 "one file of masks (a file whose name is masks.py or ends with 03_masks (as "
+                                 "03_masks.ipynb or bea_03_masks.ipynb) stands for masks)"), notes
+
+
+def test_hostile_names_of_two_files_of_one_module_are_named_shortened_and_escaped(tmp_path):
+    folder = _reference(tmp_path / "submission")
+    (folder / "masks.py").unlink()
+    long_name = "\x1b[2J\nTotal: 100 " + "x" * 150 + " 03_masks.ipynb"
+    _solved_notebook("masks", folder, long_name)
+    _solved_notebook("masks", folder, "bea_03_masks.ipynb", edit=MASKS_EDIT)
+    files, notes, missing = _taken(folder)
+    key = intake.shown(long_name)
+    assert len(key) < 120 and list(notes) == [key], notes
+    assert notes[key].startswith(f"{key} and bea_03_masks.ipynb: not graded: "), notes
+    text = GradeReport(submission="s", notes=list(notes.values())).to_text()
+    assert "\x1b" not in text and "\\x1b[2J\\nTotal: 100 " in text, text
+
+
+@pytest.mark.grading
+def test_two_files_of_one_module_cost_its_checks_alone_in_a_real_grading(tmp_path, warm_servers):
+    """One fault, one charge, one message: masks earns nothing and each of its checks says why, naming both
+    files; the other modules earn everything; the report names the fault once."""
+    folder = _reference(tmp_path / "submission")
+    (folder / "masks.py").unlink()
+    _solved_notebook("masks", folder, "03_masks.ipynb")
+    _solved_notebook("masks", folder, "bea_03_masks.ipynb", edit=MASKS_EDIT)
+    report = grade(folder, servers=warm_servers)
+    modules = report.modules()
+    assert modules["masks"][0] == 0, modules
+    assert all(modules[m][0] == modules[m][1] > 0 for m in MODULES if m != "masks"), modules
+    assert len(report.notes) == 1 and report.notes[0].startswith(
+        "03_masks.ipynb and bea_03_masks.ipynb: not graded: both are files of the module masks"), report.notes
+    masks = [t for t in report.tests if t.module == "masks" and t.status != "skipped"]
+    assert masks and all(t.status == "failed" and report.notes[0] in t.message for t in masks), masks
+    assert report.status == "graded" and report.to_text().count("Files not graded (1):") == 1

@@ -434,3 +434,104 @@ def test_the_kit_reads_notebooks_without_building_jsonschemas_iri_grammar():
     assert json.loads(kits.stdout) == [], (f"expected the kit's nbformat to import neither rfc3987_syntax nor "
                                            f"lark (plain nbformat imports {plain.stdout.strip()}), got "
                                            f"{kits.stdout.strip()}")
+
+
+# -- uploads as students make them: the name rule (issue 33) --------------------------------------------
+#: (file name, the module it stands for or None). Notebooks and .py files follow one rule
+#: (autograder.submission.notebooks.modules_named; README "Uploads as students name them").
+NAME_RULE = [
+    # the released names, and the names a download, a file manager or Jupyter gives a copy
+    ("03_masks.ipynb", "masks"), ("masks.ipynb", "masks"), ("3_masks.ipynb", "masks"), ("03-masks.ipynb", "masks"),
+    ("03_Masks.ipynb", "masks"), ("03_MASKS.IPYNB", "masks"), ("03 masks.ipynb", "masks"),
+    ("03_masks (1).ipynb", "masks"), ("03_masks(2).ipynb", "masks"), ("03_masks (1) (2).ipynb", "masks"),
+    ("03_masks-Copy1.ipynb", "masks"), ("03_masks copy.ipynb", "masks"), ("03_masks copy 2.ipynb", "masks"),
+    ("03_masks - Copy (2).ipynb", "masks"), ("05_positional (3).ipynb", "positional"),
+    # words before the module's notebook name: the student's, a tool's
+    ("bea_03_masks.ipynb", "masks"), ("Copy of 03_masks.ipynb", "masks"), ("Copy_of_04_mha.ipynb", "mha"),
+    ("hw03_masks.ipynb", "masks"), ("Bea Smith - 01_attention.ipynb", "attention"),
+    ("Копия 03_masks.ipynb", "masks"), ("v2_02_heads.ipynb", "heads"),
+    # words after the name, a bare name after other words, another number: no module
+    ("04_mha_notes.ipynb", None), ("masks_old.ipynb", None), ("03_masks_old.ipynb", None),
+    ("01_attention_old.ipynb", None), ("03_masks_2.ipynb", None), ("03_masks.v2.ipynb", None),
+    ("bea_masks.ipynb", None), ("test_masks.ipynb", None), ("my masks.ipynb", None), ("Copy of masks.ipynb", None),
+    ("04_masks.ipynb", None), ("13_masks.ipynb", None), ("103_masks.ipynb", None), ("mask.ipynb", None),
+    ("notes.ipynb", None), ("copy.ipynb", None), ("(1).ipynb", None), ("03.ipynb", None), (".ipynb", None),
+    ("03_masks.ipynb.bak", None), ("03_masks.txt", None), ("Ω_masks.ipynb", None), ("\uff10\uff13_masks.ipynb", None),
+    # two modules' names in one name: none of them
+    ("03_masks_and_04_mha.ipynb", None), ("attention_04_mha.ipynb", None), ("04_mha_03_masks.ipynb", None),
+    # .py files: the same rule
+    ("masks.py", "masks"), ("masks (1).py", "masks"), ("masks(2).py", "masks"), ("Masks.py", "masks"),
+    ("MASKS.PY", "masks"), ("masks copy.py", "masks"), ("masks-Copy1.py", "masks"), ("03_masks.py", "masks"),
+    ("bea_03_masks.py", "masks"), ("bea_masks.py", None), ("test_masks.py", None), ("masks_old.py", None),
+    ("masks_utils.py", None), ("masks_2.py", None), ("selfcheck.py", None), ("masks_and_mha.py", None),
+    # hostile names: bounded, and never more than the rule
+    ("x" * 300 + "_03_masks.ipynb", None), ("(1" * 120 + " 03_masks.ipynb", "masks"),
+    ("(1" * 120 + "03_masks.ipynb", None),
+    ("copy " * 48 + "masks.py", None), ("masks" + " copy" * 48 + ".py", "masks"), ('we"""ird\n03_masks.ipynb', "masks"),
+]
+
+
+@pytest.mark.parametrize("name, module", NAME_RULE)
+def test_the_name_rule(name, module):
+    from autograder.submission import intake
+
+    assert intake.module_of(name) == module
+    if name.lower().endswith(".ipynb"):
+        assert module_of(name) == module  # the notebook's own reading (the module cell it looks for)
+
+
+def test_a_name_that_holds_two_modules_names_is_told_apart_from_a_name_of_none():
+    from autograder.submission import intake
+
+    assert sorted(intake.modules_named("03_masks_and_04_mha.ipynb")) == ["masks", "mha"]
+    assert sorted(intake.modules_named("attention_04_mha.ipynb")) == ["attention", "mha"]
+    assert intake.modules_named("04_mha_notes.ipynb") == () and intake.modules_named("masks_mha_helpers.py") == ()
+
+
+def test_a_notebook_of_any_name_makes_a_module_of_one_docstring_line():
+    """The module's first line names the notebook as the student named it: a quote, a backslash or a newline in
+    the name is escaped there, so the module compiles and its cells keep their line numbers."""
+    from autograder.submission.notebooks import cell_of
+
+    name = 'bea """ \\ \n\t 03_masks (1).ipynb'
+    nb = new_notebook(cells=[new_code_cell("def f():\n    return 1 / 0")])
+    source = notebook_to_source(nb, "masks", name)
+    namespace = {}
+    exec(compile(source, "masks.py", "exec"), namespace)
+    assert namespace["__doc__"].startswith(f"masks.py, taken from {name}: ")
+    row = next(i for i, line in enumerate(source.splitlines(), 1) if "1 / 0" in line)
+    assert cell_of(source, row) == (1, 2)
+
+
+@pytest.mark.grading
+@pytest.mark.parametrize("uploaded", ["bea_03_masks.ipynb", "03_masks (1).ipynb"])
+def test_a_single_notebook_named_as_students_upload_it_is_graded_as_its_module(tmp_path, uploaded):
+    """`grader_cli.py grade FILE` on the reference notebook, renamed: its module gets its points (masks 8 of 8),
+    the report names the file as uploaded. The kit refused both names before (issue 33)."""
+    from click.testing import CliRunner
+
+    from grader_cli import cli
+
+    shutil.copyfile(ASSIGNMENT_DIR / NOTEBOOKS["masks"], tmp_path / uploaded)
+    out = tmp_path / "report.json"
+    result = CliRunner().invoke(cli, ["grade", str(tmp_path / uploaded), "--format", "json", "--output", str(out)],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["submission"] == uploaded and report["status"] == "graded", report["error"]
+    assert report["modules"]["masks"] == {"score": 8, "max_score": 8, "graded": True}, report["modules"]
+    assert report["score"] == 8 and not report["notes"]
+
+
+def test_a_single_notebook_whose_name_stands_for_no_module_or_for_two_is_refused_saying_why(tmp_path):
+    from autograder.grade.engine import SubmissionError
+
+    for name, why in [("03_masks_old.ipynb", "a notebook is named after its module, e.g. 01_attention.ipynb, or "
+                                             "ends with that name (bea_01_attention.ipynb, 01_attention (1).ipynb)"),
+                      ("03_masks_and_04_mha.ipynb", "its name holds the names of 2 modules (masks, mha): a notebook "
+                                                    "holds one module and is named after it (03_masks.ipynb, "
+                                                    "04_mha.ipynb)")]:
+        shutil.copyfile(ASSIGNMENT_DIR / NOTEBOOKS["masks"], tmp_path / name)
+        with pytest.raises(SubmissionError) as info:
+            grade(tmp_path / name)
+        assert str(info.value) == f"{name}: {why}"

@@ -130,8 +130,8 @@ def _take(path, tmp):
         files, notes = intake.take_folder(path)
         return files, intake.capped_notes(notes)
     if path.suffix.lower() == ".ipynb":
-        if module_of(path) is None:
-            raise SubmissionError(f"{path.name}: a notebook is named after its module, e.g. 01_attention.ipynb")
+        if module_of(path) is None:  # the name rule (autograder.submission.notebooks.modules_named)
+            raise SubmissionError(_unnamed(path.name))
         try:
             return {path.name: intake.read_regular(path, intake.MAX_FILE[".ipynb"], path.name, follow=True)}, {}
         except intake.Refused as exc:
@@ -143,12 +143,29 @@ def _take(path, tmp):
     return files, intake.capped_notes({**notes, **more})
 
 
+def _unnamed(name) -> str:
+    """Why a single notebook handed in stands for no module (its name), and how to name it."""
+    shown, several = intake.shown(name), intake.modules_named(name)
+    if len(several) > 1:
+        several = sorted(several, key=MODULES.index)
+        return (f"{shown}: its name holds the names of {len(several)} modules ({', '.join(several)}): a notebook "
+                f"holds one module and is named after it ({', '.join(map(intake.notebook_name, several))})")
+    return (f"{shown}: a notebook is named after its module, e.g. 01_attention.ipynb, or ends with that name "
+            f"(bea_01_attention.ipynb, 01_attention (1).ipynb)")
+
+
 def _write_modules(files, folder, notes):
     """Write the .py files of `files` ({name: bytes}) into `folder`, and the modules that only a notebook
-    holds; return {module: why it is missing} for the modules whose file was left out (`notes`)."""
+    holds; return {module: why it is missing} for the modules whose file was left out (`notes`).
+
+    A module's .py file is written as `<module>.py` whatever the student named it (`masks (1).py` ->
+    `masks.py`: intake.one_form left at most one file of each module); any other .py file under its own name."""
     for name, data in files.items():
-        if name.endswith(".py"):
-            intake.write_new(folder / name, data)
+        if name.endswith(".py") or name.lower().endswith(".py") and intake.module_of(name):
+            module = intake.module_of(name)
+            target = folder / (f"{module}.py" if module else name)
+            if not target.exists():  # (never: one file a module, and no other file is named <module>.py)
+                intake.write_new(target, data)
     for name, data in sorted(files.items()):
         module = module_of(name) if name.lower().endswith(".ipynb") else None
         if module is None or (folder / f"{module}.py").exists():
@@ -162,7 +179,7 @@ def _write_modules(files, folder, notes):
     notebooks = any(name.lower().endswith(".ipynb") for name in [*files, *notes])
     for module in MODULES:
         if not (folder / f"{module}.py").exists():
-            why = [note for name, note in notes.items() if intake.module_of(name.rsplit("/", 1)[-1]) == module]
+            why = [note for name, note in notes.items() if module in intake.modules_named(name.rsplit("/", 1)[-1])]
             if why:
                 missing[module] = "; ".join(why)
             elif notebooks:  # a notebook submission: name the notebook and the cell its code goes in

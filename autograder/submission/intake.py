@@ -37,15 +37,31 @@ one note (`capped_notes`). Every name is the file's path inside the
 submission, never a path of the grading machine. Only `.py` files and notebooks
 are taken: nothing else of a submission is ever graded.
 
-One form of each module is graded. A submission that holds a module twice,
-as `attention.py` and as `01_attention.ipynb`, is graded on the form that
-holds the student's work (`one_form`): a form whose code is still the
-released template's (its `code_digest` is the one the release step stored in
-autograder/submission/released.py) holds none; when both hold work, the `.py` file is
-graded. The form left out is named in the notes, with the reason.
+A file stands for a module by its name, as students name their uploads
+(the name rule, autograder.submission.notebooks.modules_named, the same for
+notebooks and .py files): the module's name (`masks.py`) or its notebook's
+name (`03_masks.ipynb`), with any words before the number (`bea_03_masks`,
+`Copy of 03_masks`), in any case, with `-` or spaces for `_`, and with the
+copy suffixes browsers and Jupyter add (`03_masks (1)`, `masks(2).py`,
+`03_masks-Copy1`); never with words after the name (`03_masks_old`,
+`04_mha_notes`), nor a bare name after other words (`bea_masks`,
+`test_masks.py`). A name that holds two modules' names
+(`03_masks_and_04_mha.ipynb`) is refused, and named.
 
-Stdlib only (a notebook's code is read with autograder.submission.notebooks, imported
-only when a submission holds both forms of a module).
+One file of each module is graded. A submission that holds a module twice,
+as `attention.py` and as `01_attention.ipynb`, is graded on the file that
+holds the student's work (`one_form`): a file whose code is still the
+released template's (its `code_digest` is the one the release step stored in
+autograder/submission/released.py) holds none; when a .py file and a
+notebook both hold work, the `.py` file is graded. The file left out is
+named in the notes, with the reason. When two files of one form both hold
+work (`03_masks.ipynb` and `bea_03_masks.ipynb`, `masks.py` and
+`masks (1).py`), which one to grade is not clear: that module is not graded,
+one note names both files, and the other modules are graded as usual.
+
+Stdlib only (a notebook's code is read with autograder.submission.notebooks, which
+imports nbformat only when a notebook is read: when a module has two files or
+more, or when a notebook is converted).
 """
 from __future__ import annotations
 
@@ -63,7 +79,7 @@ import zipfile
 from pathlib import Path
 
 from autograder import MODULES
-from autograder.submission.notebooks import module_of as notebook_module, notebook_source
+from autograder.submission.notebooks import modules_named as stem_modules, notebook_source
 
 #: The largest file taken, by suffix: a module, a notebook (its embedded plots included).
 MAX_FILE = {".py": 8 << 20, ".ipynb": 32 << 20}
@@ -116,14 +132,20 @@ def size_text(size: int) -> str:
     return f"{size} bytes"
 
 
-def module_of(name) -> str | None:
-    """The contract module a file name stands for: "mha.py" -> "mha", "04_mha.ipynb" -> "mha", else None."""
+def modules_named(name) -> tuple[str, ...]:
+    """The modules a .py file's or a notebook's name stands for, by the name rule
+    (autograder.submission.notebooks.modules_named, on the name without its suffix): ("masks",) for masks.py,
+    masks (1).py, 03_masks.ipynb, bea_03_masks.ipynb; () for any other file; two or more modules for a name
+    that holds several modules' names (03_masks_and_04_mha.ipynb), which is refused."""
     path = Path(str(name))
-    if path.suffix == ".py":
-        return path.stem if path.stem in MODULES else None
-    if path.suffix.lower() == ".ipynb":
-        return notebook_module(path)
-    return None
+    return stem_modules(path.stem) if path.suffix.lower() in MAX_FILE else ()
+
+
+def module_of(name) -> str | None:
+    """The contract module a file name stands for (`modules_named`): "mha.py", "mha (1).py", "04_mha.ipynb",
+    "bea_04_mha.ipynb" -> "mha"; None for a name that stands for no module, or for several."""
+    found = modules_named(name)
+    return found[0] if len(found) == 1 else None
 
 
 def kind_of(mode) -> str:
@@ -228,15 +250,17 @@ def _hidden(name) -> bool:
 
 def _may_be_module(name) -> bool:
     """A cheap first look at a file name (no Path made, for the thousands of names a search may meet): could
-    `name` be a module's .py file or notebook (`module_of`)?"""
-    return name[:-3] in MODULES if name.endswith(".py") else name[-6:].lower() == ".ipynb"
+    `name` be a module's .py file or notebook (`modules_named`)? It must end with .py or .ipynb and hold a
+    module's name."""
+    low = name.lower()
+    return low.endswith((".py", ".ipynb")) and any(module in low for module in MODULES)
 
 
 def _holds_modules(entries) -> bool:
-    """True when a folder's entries name a module (a .py or notebook of the contract, whatever its kind but a
-    folder, so that a module left out is named rather than looked for elsewhere; a folder named
-    `01_attention.ipynb` is a folder, searched like any other)."""
-    return any(_may_be_module(e.name) and module_of(e.name) and not e.is_dir(follow_symlinks=False)
+    """True when a folder's entries name a module (a .py file or notebook whose name stands for a module by the
+    name rule, `modules_named`, whatever its kind but a folder, so that a module left out is named rather than
+    looked for elsewhere; a folder named `01_attention.ipynb` is a folder, searched like any other)."""
+    return any(_may_be_module(e.name) and modules_named(e.name) and not e.is_dir(follow_symlinks=False)
                for e in entries)
 
 
@@ -371,7 +395,7 @@ def take_files(folder_fd, prefix="") -> tuple[dict[str, bytes], dict[str, str]]:
         elif entry.is_symlink():  # a link to a folder (`lib -> ../alice`) or to any other file: never followed
             name = shown(prefix + entry.name)
             notes[name] = f"{name} is a symbolic link: not graded" + OTHER_LINK_HINT
-    wanted.sort(key=lambda e: (module_of(e.name) is None, e.name))  # the modules' files first
+    wanted.sort(key=lambda e: (not (_may_be_module(e.name) and modules_named(e.name)), e.name))  # modules first
     files, total, over = {}, 0, []
     for entry in wanted:
         name = shown(prefix + entry.name)
@@ -482,36 +506,115 @@ def is_template(module, name, data: bytes) -> bool:
     return stored is not None and form_digest(name, data) == stored
 
 
-def one_form(files: dict, prefix="") -> tuple[dict, dict]:
-    """Keep one form of each module that `files` ({name: bytes}) holds both as a .py file and as a notebook.
+#: The most files of one module that are read to choose the one to grade (`one_form`): past it, the module's
+#: files are refused unread.
+MAX_CANDIDATES = 8
 
-    The form with the student's work in it is kept: a form identical to the released template's
-    (`is_template`) holds none; when both hold work, the .py file is kept. Returns (files kept, {shown
-    name: why it is not graded}) with one note for each form left out, naming the form graded.
+
+def _listed(names, cap=4) -> str:
+    """"a", "a and b", "a, b and c", "a, b, c, d and 3 more files"."""
+    names = list(names)
+    if len(names) > cap:
+        names = names[:cap] + [f"{len(names) - cap:,} more files"]
+    return " and ".join(", ".join(names).rsplit(", ", 1)) if len(names) > 1 else "".join(names)
+
+
+def notebook_name(module) -> str:
+    """The module's notebook as released: 01_attention.ipynb, ..."""
+    return f"{MODULES.index(module) + 1:02d}_{module}.ipynb"
+
+
+def _why_left_out(dropped, kept, blank, same) -> str:
+    """Why the file `dropped` of a module is not graded, `kept` being graded ("(... )" of one_form's note);
+    `same`: the two hold the same code."""
+    is_py = {n: n.lower().endswith(".py") for n in (dropped, kept)}
+
+    def called(name, other):  # the form's word when the two are of two forms (as notes said before), else its name
+        return "the notebook" if is_py[other] and not is_py[name] else shown(name)
+
+    if blank[dropped] and blank[kept]:
+        return "both are the untouched template"
+    if blank[dropped]:
+        return f"{called(dropped, kept)} is the untouched template and {called(kept, dropped)} holds your work"
+    if is_py[dropped] == is_py[kept] and same:
+        return "both hold the same code"
+    return "both hold work, and then the .py file is graded: hand in one form of each module, not both"
+
+
+def one_form(files: dict, prefix="") -> tuple[dict, dict]:
+    """Keep at most one file of each module of `files` ({name: bytes}); a module's files are those whose names
+    stand for it by the name rule (`modules_named`: `masks.py`, `masks (1).py`, `03_masks.ipynb`,
+    `bea_03_masks.ipynb`).
+
+    Of a module's files, those that hold work count: a file identical to the released template's form
+    (`is_template`) holds none. One file with work (or several files of one form with the same code, as
+    `code_digest` reads it: an upload made twice): it is graded. Several: when the .py files among them hold
+    one code, a .py file is graded (a module handed in as a .py file and as a notebook); otherwise the module
+    is not graded at all, and one note names its files with work (`03_masks.ipynb and bea_03_masks.ipynb: not graded:
+    ...`), so that a student never has the wrong one graded silently. No file with work: one is kept (a .py
+    file first, then the released name), its module's checks say it is the template. Of files that tie, the
+    .py file is kept first, then the file of the released name, then the first by name.
+
+    A file whose name holds several modules' names (`03_masks_and_04_mha.ipynb`) is not graded, and named.
+    A module with more than MAX_CANDIDATES files is refused without reading them. Returns (files kept,
+    {shown name: why it is not graded}): one note for each file left out, naming the file graded instead, or
+    one note for a module refused.
     """
-    kept, notes = dict(files), {}
+    kept, notes, by_module = dict(files), {}, {}
+    for name in sorted(files):
+        found = modules_named(name) if _may_be_module(name) else ()
+        if len(found) > 1:
+            del kept[name]
+            shown_name = shown(prefix + name)
+            notes[shown_name] = (f"{shown_name}: not graded: its name holds the names of {len(found)} modules "
+                                 f"({_listed(sorted(found, key=MODULES.index))}), and a file stands for one module: "
+                                 f"hand in each module in a file of its own, named after it "
+                                 f"({_listed(notebook_name(m) for m in sorted(found, key=MODULES.index))})")
+        elif found:
+            by_module.setdefault(found[0], []).append(name)
     for module in MODULES:
-        py = f"{module}.py"
-        books = sorted(n for n in files if n.lower().endswith(".ipynb") and module_of(n) == module)
-        if py not in files or not books:
+        released = (f"{module}.py", notebook_name(module))
+        names = sorted(by_module.get(module, ()), key=lambda n: (not n.lower().endswith(".py"), n not in released, n))
+        if len(names) < 2:
             continue
-        book = books[0]  # the notebook the engine would convert
-        py_blank, book_blank = is_template(module, py, files[py]), is_template(module, book, files[book])
-        if py_blank and not book_blank:
-            del kept[py]
-            notes[shown(prefix + py)] = (
-                f"{shown(prefix + py)}: not graded: {shown(prefix + book)} was graded instead ({py} is the "
-                f"untouched template and the notebook holds your work)")
+        about = (f"a file whose name is {module}.py or ends with {notebook_name(module)[:-6]} (as "
+                 f"{notebook_name(module)} or bea_{notebook_name(module)}) stands for {module}")
+        if len(names) > MAX_CANDIDATES:
+            for name in names:
+                del kept[name]
+            shown_names = [shown(prefix + n) for n in names]
+            notes[shown_names[0]] = (f"{_listed(shown_names)}: not graded: {len(names):,} files stand for the module "
+                                     f"{module}, more than the {MAX_CANDIDATES} compared: hand in one file of "
+                                     f"{module} ({about})")
             continue
-        if not py_blank and book_blank:
-            why = f"the notebook is the untouched template and {py} holds your work"
-        elif py_blank:
-            why = "both are the untouched template"
-        else:
-            why = "both hold work, and then the .py file is graded: hand in one form of each module, not both"
-        del kept[book]
-        notes[shown(prefix + book)] = (f"{shown(prefix + book)}: not graded: {shown(prefix + py)} was graded "
-                                       f"instead ({why})")
+        stored = _template_digests().get(module, {})
+        digest = {n: form_digest(n, files[n]) for n in names}
+        blank = {n: digest[n] is not None and digest[n] == stored.get("py" if n.lower().endswith(".py") else "ipynb")
+                 for n in names}
+        work = [n for n in names if not blank[n]]
+        py_work = [n for n in work if n.lower().endswith(".py")]
+        codes = {(n.lower().endswith(".py"), digest[n] or n) for n in work}  # unreadable: a code of its own
+        py_codes = {code for code in codes if code[0]}
+        if len(codes) > 1 and len(py_codes) != 1:  # which one to grade is not clear: none is
+            for name in names:
+                del kept[name]
+            shown_work = [shown(prefix + n) for n in work]
+            untouched = [shown(prefix + n) for n in names if blank[n]]
+            every = "both" if len(work) == 2 else "all"
+            notes[shown_work[0]] = (
+                f"{_listed(shown_work)}: not graded: {every} are files of the module {module} and {every} hold "
+                f"work, and only one file of a module is graded: hand in one of them, and remove or rename the "
+                f"others ({about})"
+                + (f"; {_listed(untouched)} {'is' if len(untouched) == 1 else 'are'} the untouched template"
+                   if untouched else ""))
+            continue
+        keep = (py_work or work or names)[0]
+        for name in names:
+            if name != keep:
+                del kept[name]
+                same = digest[name] is not None and digest[name] == digest[keep]
+                notes[shown(prefix + name)] = (f"{shown(prefix + name)}: not graded: {shown(prefix + keep)} was "
+                                               f"graded instead ({_why_left_out(name, keep, blank, same)})")
     return kept, notes
 
 

@@ -28,8 +28,11 @@ from pathlib import Path
 
 from autograder import MODULES
 
-#: A notebook's name without its suffix, lower-cased: `01_attention`, `attention` -> the module `attention`.
-NOTEBOOK_NAME = re.compile(r"^(?:\d+[_-])?(?P<module>[a-z]+)$")
+#: The words of a file name's stem, for the name rule (`modules_named`): a copy mark `(N)`, a run of ASCII
+#: digits, or a run of other letters and digits; everything else (`_`, `-`, spaces, dots, brackets) separates words.
+NAME_WORDS = re.compile(r"\([ \t]*[0-9]+[ \t]*\)|[0-9]+|[^\W0-9_]+")
+#: A stem longer than this stands for no module (no file system gives a file a longer name).
+MAX_NAME = 255
 _KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 # Packages that only draw or display: their imports are left out with the plots that use them.
 DISPLAY_ONLY = ("matplotlib", "seaborn", "IPython", "plotly", "ipywidgets")
@@ -60,10 +63,63 @@ def _is_display_import(node) -> bool:
     return all(n.split(".")[0] in DISPLAY_ONLY for n in names)
 
 
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _number(word) -> bool:
+    return word.isascii() and word.isdigit()
+
+
+def modules_named(stem) -> tuple[str, ...]:
+    """The name rule: the modules the stem of a submission's file name (`bea_03_masks` of bea_03_masks.ipynb)
+    stands for. The same rule for notebooks and .py files.
+
+    1. The stem is cut into words: a copy mark `(N)`, a run of digits, a run of letters (`Copy of 03-Masks (1)`
+       -> copy, of, 03, masks, (1)); any other character (`_`, `-`, a space, a dot) only separates words, and
+       letters are compared in lower case.
+    2. Copy suffixes that browsers, file managers and Jupyter add are dropped from the end, as many as there
+       are: `(N)` (`03_masks (1)`, `03_masks(2)`), `copy` and `copy N` (`03_masks copy 2`, `03_masks-Copy1`,
+       `03_masks - Copy`). A plain trailing number (`03_masks_2`) or word (`03_masks_old`) is not one.
+    3. What is left must be exactly the module's name (`masks`) or end with the module's notebook name, its
+       number then its name (`03_masks`, `3-masks`, `bea_03_masks`, `Copy of 03_masks`, `hw03_masks`): any
+       words may come before the number, none after the name, and the number must be the module's own (3 for
+       masks). A name without the number stands for a module only when it is the module's name alone
+       (`bea_masks`, `test_masks`, `masks_old` stand for none).
+    4. A name that passes 3 but also holds another module's name as a word
+       (`03_masks_and_04_mha`, `attention_04_mha`) stands for none of them alone: it returns every module it
+       names, the one it ends with first, and such a file is refused, naming it.
+
+    Returns (module,), () for a name that stands for no module, or two or more modules (step 4). Linear in the
+    length of the stem; a stem over MAX_NAME characters stands for none.
+    """
+    stem = str(stem)
+    if len(stem) > MAX_NAME:
+        return ()
+    words = NAME_WORDS.findall(stem.translate(_ASCII_LOWER))  # (only A-Z: no other letter becomes a module's)
+    while words:  # 2: copy suffixes, from the end
+        if words[-1].startswith("(") or words[-1] == "copy":
+            words.pop()
+        elif len(words) > 1 and words[-2] == "copy" and _number(words[-1]):
+            del words[-2:]
+        else:
+            break
+    if len(words) == 1 and words[0] in MODULES:  # 3: the module's name alone
+        module = words[0]
+    elif (len(words) > 1 and words[-1] in MODULES and _number(words[-2])
+          and words[-2].lstrip("0") == str(MODULES.index(words[-1]) + 1)):
+        module = words[-1]
+    else:
+        return ()
+    others = tuple(m for m in MODULES if m != module and m in words)  # 4
+    return (module, *others)
+
+
 def module_of(path: Path) -> str | None:
-    """The contract module a notebook stands for: `01_attention.ipynb` -> "attention"."""
-    match = NOTEBOOK_NAME.match(Path(path).stem.lower())
-    return match["module"] if match and match["module"] in MODULES else None
+    """The contract module a notebook stands for, by the name rule (`modules_named`): `01_attention.ipynb`,
+    `bea_01_attention.ipynb`, `01_attention (1).ipynb` -> "attention"; None for a name that stands for no
+    module or for several."""
+    found = modules_named(Path(path).stem)
+    return found[0] if len(found) == 1 else None
 
 
 def _is_constant(node) -> bool:
@@ -245,7 +301,7 @@ def notebook_to_source(nb, module: str, name: str = "notebook", *, too_long=froz
                 needed |= _loaded_names(node.value)
                 available |= _bound_names(node)
                 grew = True
-    parts = [f'"""{module}.py, taken from {name}: its imports, functions, classes and constants."""']
+    parts = [f'"""{module}.py, taken from {_in_docstring(name)}: its imports, functions, classes and constants."""']
     for index, source, tree, is_module in cells:
         if index in unread:  # `source` says why: the module cell raises it, any other is left out
             if is_module:
@@ -267,6 +323,14 @@ def notebook_to_source(nb, module: str, name: str = "notebook", *, too_long=froz
         if out:
             parts.append(f"# --- cell {index}\n" + "\n".join(out))
     return "\n\n".join(parts) + "\n"
+
+
+def _in_docstring(name) -> str:
+    """A notebook's file name as the first line of the module made of it shows it: a backslash, a quote and
+    any character that is not printable (a newline) escaped, so that the line stays one line of one string
+    whatever the student named the file (the module's lines keep their cells' numbering)."""
+    return "".join("\\" + c if c in '"\\' else c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in str(name))
 
 
 _MARKER = re.compile(r"# --- cell (\d+)\b")
