@@ -6,7 +6,28 @@ VENV   ?= .venv
 # the torch the kit is tested with, stated once in autograder/paths.py
 TORCH  ?= torch==$(shell sed -n 's/^TORCH_VERSION = "\([^"]*\)".*/\1/p' autograder/paths.py)
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-$(subst =,-,$(TORCH))
+# the Pythons the kit supports, stated once in pyproject.toml: requires-python = ">=3.10,<3.14"
+PYTHONS := $(shell sed -n 's/^requires-python = ">=\([0-9.]*\),<\([0-9.]*\)".*/\1 \2/p' pyproject.toml)
+
+# Which build of torch `make setup` installs: cpu, cuda, or auto (the default): cuda where the machine has an
+# NVIDIA GPU (/dev/nvidia0, or `nvidia-smi -L` answers), cpu everywhere else. With the CUDA build (the kit's torch,
+# Linux x86_64) the set-up downloads about 3 GB and the venv is 5.1 GB; with the CPU build, 0.2 GB of torch and 1.4 GB.
+TORCH_BUILD ?= auto
+BUILD := $(if $(filter auto,$(TORCH_BUILD)),$(if $(shell { test -e /dev/nvidia0 || nvidia-smi -L; } >/dev/null 2>&1 && echo gpu),cuda,cpu),$(TORCH_BUILD))
+ifeq ($(filter cpu cuda,$(BUILD)),)
+  $(error TORCH_BUILD=$(TORCH_BUILD): cpu, cuda or auto)
+endif
+# Where torch comes from. The CPU build: from pip's configured sources first, offline (a local wheel store in
+# pip's find-links, where it holds the +cpu wheel), else from PyTorch's CPU index, which is probed once (5 s)
+# so that a machine that cannot reach it does not wait on pip's retries; unreachable, torch comes from pip's own
+# sources (PyPI: on Linux x86_64 its build has CUDA), with a note. The CUDA build: from pip's own sources.
+# TORCH_INDEX=URL names another index for either (a mirror of the CPU index, or one of PyTorch's CUDA indexes);
+# TORCH_INDEX= (empty) leaves torch to pip's own sources. (The Gradescope set-up defaults to the same CPU index.)
+CPU_INDEX   := https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?= $(if $(filter cpu,$(BUILD)),$(CPU_INDEX))
+
+STAMP  := $(VENV)/.installed-$(subst =,-,$(TORCH))-$(BUILD)
+LOG    := $(VENV)/setup.log
 
 # The kit's own tests run in parallel, one pytest-xdist worker per core (at most 4): gradings wait on
 # student processes much of the time. TESTFLAGS= runs them in one process.
@@ -20,15 +41,59 @@ help:
 	@echo "make test-fast  the tests that start no grading and no student process (under a minute)"
 	@echo "make release regenerate student_template/ from solutions/"
 	@echo "make bench   time the grading of one complete submission (median of 5)"
-	@echo "make lock    pin every installed package in requirements.lock (after changing requirements.txt)"
+	@echo "make lock    re-pin requirements.lock for every supported Python (after changing requirements.txt)"
+	@echo "make setup TORCH_BUILD=cpu|cuda   another build of torch than the one chosen for this machine"
 
 setup: $(STAMP)
 
+# pip, with its whole output in $(LOG); when it fails, the end of what it said (its own error; not its progress notes,
+# INFO, nor a local index's gaps) and where the rest is
+PIP_FAILED = { status=$$?; echo "make setup: pip failed (exit status $$status); the end of what it said (all of it: $(LOG)):" >&2; \
+  grep -v -e "^INFO: " -e "^WARNING: Location '.*' is ignored: it is neither a file nor a directory" $(LOG) | tail -n 30 >&2; \
+  exit $$status; }
+pip = $(PY) -m pip --disable-pip-version-check $(1) >>$(LOG) 2>&1 || $(PIP_FAILED)
+
+# The CPU build from pip's configured sources, offline: find-links (a local wheel store) holding the +cpu wheel
+TORCH_FROM_STORE = $(PY) -m pip --disable-pip-version-check install --no-deps --no-index "$(TORCH)+cpu" >>$(LOG) 2>&1 \
+  && echo "make setup: torch: the CPU build from pip's configured sources (find-links), offline"
+# torch from TORCH_INDEX, once a request to it (5 s at most) shows that it can be reached; else a note, and pip's own sources
+TORCH_FROM_INDEX = if $(PY) -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' "$(TORCH_INDEX)/torch/" 2>/dev/null; then \
+    echo "make setup: torch from $(TORCH_INDEX)"; $(call pip,install --no-deps "$(TORCH)" --index-url "$(TORCH_INDEX)"); \
+  else echo "make setup: note: $(TORCH_INDEX) cannot be reached from here$(NO_STORE_BUILD): torch comes from pip's own sources$(CUDA_SIZE)." \
+    "Another source: make setup TORCH_INDEX=URL" >&2; fi
+NO_STORE_BUILD = $(if $(filter cpu,$(BUILD)), and pip's configured sources hold no CPU build of $(TORCH))
+CUDA_SIZE = $(if $(filter cpu,$(BUILD)), (PyPI: on Linux x86_64 the build with CUDA; about 3 GB to download))
+
+# Which torch came in, read from its version.py (without importing torch), and a note where it is not the build asked for.
+define TORCH_SAYS
+import importlib.util as u, os, runpy, sys
+v = runpy.run_path(os.path.join(u.find_spec("torch").submodule_search_locations[0], "version.py"))
+asked, cuda = sys.argv[1], v.get("cuda")
+print(f"make setup: torch {v['__version__']}, " + (f"built with CUDA {cuda}" if cuda else "CPU build") + f" (TORCH_BUILD={asked})")
+if asked == "cuda" and not cuda:
+    print("make setup: note: the CUDA build was asked for, pip gave a CPU build: a wheel in pip's find-links (a local"
+          " store: pip config list) wins over any index; PIP_CONFIG_FILE=/dev/null, without PIP_FIND_LINKS, leaves it out")
+endef
+export TORCH_SAYS
+
 $(STAMP): requirements.txt requirements.lock pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)" -r requirements.txt -c requirements.lock
+	@test -x $(PY) || { \
+	  $(PYTHON) -c 'import sys; lo, hi = (tuple(map(int, v.split("."))) for v in sys.argv[1:]); sys.exit(not lo <= sys.version_info[:2] < hi)' $(PYTHONS) \
+	  || { echo "make setup: the kit supports Python >= $(word 1,$(PYTHONS)), < $(word 2,$(PYTHONS)) (pyproject.toml); $(PYTHON) is $$($(PYTHON) -V 2>&1). Another: make setup PYTHON=python3.12" >&2; exit 1; }; \
+	  $(PYTHON) -m venv $(VENV); }
+	@: > $(LOG)
+	@# a venv set up with the other build of torch: that build goes first (pip would take it as satisfying $(TORCH))
+	@for old in $(VENV)/.installed-*-cpu $(VENV)/.installed-*-cuda; do \
+	  if [ -e "$$old" ] && [ "$${old##*-}" != $(BUILD) ]; then \
+	    echo "make setup: replacing the $${old##*-} build of torch (TORCH_BUILD=$(BUILD))"; $(call pip,uninstall -y torch); break; \
+	  fi; done
+	@echo "make setup: $(TORCH), $(BUILD) build, then requirements.txt (every package pinned: requirements.lock); pip's output: $(LOG)"
+	@# torch first, alone (--no-deps), from where its build is; its dependencies come with the rest, under the lock
+	@$(if $(filter cpu,$(BUILD)),$(TORCH_FROM_STORE) ||) $(if $(TORCH_INDEX),{ $(TORCH_FROM_INDEX); },:)
+	@$(call pip,install "$(TORCH)" -r requirements.txt -c requirements.lock)
 	@# the kit itself, editable (it runs from this checkout): python -m autograder, mha-grader
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@$(call pip,install --no-deps --no-build-isolation -e .)
+	@$(PY) -c "$$TORCH_SAYS" $(BUILD)
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -54,10 +119,36 @@ check-template: setup
 bench: setup
 	$(PY) benchmarks/grading_time.py
 
-# after changing requirements.txt: pin every package the set-up installs (torch aside: the Makefile pins it)
-lock: setup
-	@{ sed -n 1,3p requirements.lock; $(PY) -m pip freeze --exclude torch; } > requirements.lock.new
-	@mv requirements.lock.new requirements.lock
+# After changing requirements.txt (or TORCH_VERSION): re-pin requirements.lock for every supported Python at once
+# (its header says how, and why uv). uv comes from PyPI into a scratch venv that goes when the lock is written (it is
+# not a dependency of the kit), or UV=path/to/uv. tests/test_setup.py checks the result with pip, for each Python.
+UV_VERSION ?= 0.13.9
+UV ?=
+define LOCK_HEADER
+# Every package the kit's set-up installs besides torch (torch's own dependencies included: the Makefile pins torch,
+# autograder/paths.py's TORCH_VERSION), at the exact version, for every Python the kit supports (pyproject.toml's
+# requires-python: 3.10 to 3.13) and every platform, with environment markers where one needs another version.
+# make setup passes this file to pip as constraints (-c), so that every set-up is the same.
+# Written by `uv pip compile --universal` (make lock): one resolution for all Pythons at once, without their
+# interpreters, keeping each version already pinned here wherever it still fits; pip-tools resolves for the Python
+# it runs on only (one run per Python, merged by hand). uv is the lock's tool, not a dependency of the kit.
+# After changing requirements.txt: make lock
+endef
+export LOCK_HEADER
+
+lock:
+	@set -e; tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
+	uv="$(UV)"; if [ -z "$$uv" ]; then \
+	  $(PYTHON) -m venv "$$tmp/venv"; \
+	  "$$tmp/venv/bin/python" -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION); uv="$$tmp/venv/bin/uv"; \
+	fi; \
+	echo "$(TORCH)" > "$$tmp/torch.txt"; \
+	cp requirements.lock "$$tmp/requirements.lock"; \
+	echo "uv pip compile --universal --python-version $(word 1,$(PYTHONS)) requirements.txt (and $(TORCH), left out)"; \
+	UV_PYTHON_DOWNLOADS=never "$$uv" pip compile --quiet --universal --python-version $(word 1,$(PYTHONS)) \
+	  --no-emit-package torch --custom-compile-command "make lock" \
+	  requirements.txt "$$tmp/torch.txt" -o "$$tmp/requirements.lock"; \
+	{ echo "$$LOCK_HEADER"; cat "$$tmp/requirements.lock"; } > requirements.lock
 
 clean:
 	rm -rf $(VENV) .pytest_cache

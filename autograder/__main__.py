@@ -1,4 +1,4 @@
 """`python -m autograder`: the kit's command line (autograder/cli.py), as `grader_cli.py` runs it."""
-from autograder.cli import cli
+from autograder.cli import main
 
-cli(prog_name="python -m autograder")
+main(prog_name="python -m autograder")

@@ -173,9 +173,6 @@ def cli():
       python grader_cli.py gradescope-zip --output autograder.zip
       python grader_cli.py bench my-submission/ --plot bench.png
     """
-    # no process of this uid (student code at the landlock and none levels) may ptrace the grader or read its
-    # /proc files: its memory, its environment, its descriptors
-    undumpable()
 
 
 @cli.command(short_help="Grade one submission (folder, zip or notebook).")
@@ -639,5 +636,14 @@ def nbgrader_sync(course, assignment, students, overwrite_manual, isolation):
         sys.exit(EXIT_CANNOT_RUN)
 
 
+def main(**kwargs):
+    """The command line as a process runs it (grader_cli.py, python -m autograder, mha-grader): first made
+    non-dumpable, so that no process of its uid (student code at the landlock and none levels) may ptrace it or
+    read its /proc files (memory, environment, descriptors); then `cli`. (Click's test runner calls `cli` itself,
+    in the test's own process.)"""
+    undumpable()
+    cli(**kwargs)
+
+
 if __name__ == "__main__":
-    cli()
+    main()

@@ -156,7 +156,7 @@ def test_the_kit_builds_as_a_package_with_its_command_line_and_graders(tmp_path)
     pins = [line for line in (ROOT / "requirements.txt").read_text().splitlines() if line and not line.startswith("#")]
     assert all(f"Requires-Dist: {pin}\n" in metadata for pin in pins), metadata
     scripts = zipfile.ZipFile(wheel).read(meta.replace("METADATA", "entry_points.txt")).decode()
-    assert "mha-grader = autograder.cli:cli" in scripts
+    assert "mha-grader = autograder.cli:main" in scripts
 
 
 def test_python_dash_m_autograder_is_the_command_line(tmp_path):

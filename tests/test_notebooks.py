@@ -498,7 +498,8 @@ def test_a_notebook_of_any_name_makes_a_module_of_one_docstring_line():
     source = notebook_to_source(nb, "masks", name)
     namespace = {}
     exec(compile(source, "masks.py", "exec"), namespace)
-    assert namespace["__doc__"].startswith(f"masks.py, taken from {name}: ")
+    shown = name.replace("\n", "\\n").replace("\t", "\\t")  # as escapes: no line break in the docstring
+    assert namespace["__doc__"].startswith(f"masks.py, taken from {shown}: "), namespace["__doc__"]
     row = next(i for i, line in enumerate(source.splitlines(), 1) if "1 / 0" in line)
     assert cell_of(source, row) == (1, 2)
 

@@ -43,21 +43,23 @@ TORCH_INDEX_URL="${TORCH_INDEX_URL:-$DEFAULT_TORCH_INDEX_URL}"  # empty: pip's d
 
 apt_install() { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y "$@"; }
 
-# The pinned numpy, matplotlib and nbgrader need Python >= 3.11; Ubuntu 22.04's python3 is 3.10.
+# The lock holds for Python 3.10 to 3.13 (pyproject.toml): Ubuntu 22.04's python3 (3.10) and 24.04's (3.12)
+# serve as they are; an older one gets python3.11.
 command -v python3 >/dev/null || apt_install python3 python3-pip python3-venv
 BASE=python3
-python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || BASE=python3.11
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' || BASE=python3.11
 # Ubuntu's Python can make a venv only with its -venv package (ensurepip).
 "$BASE" -c 'import ensurepip, venv' 2>/dev/null || apt_install python3 python3-pip python3-venv "$BASE" "$BASE-venv"
 
 "$BASE" -m venv "$ROOT/venv"
 PIP=("$ROOT/venv/bin/python" -m pip install --no-cache-dir --disable-pip-version-check)
+# torch alone first (--no-deps), from where its build is; its dependencies come with the rest, under the lock
 if [ -n "$TORCH_INDEX_URL" ]; then
-  "${PIP[@]}" "torch==$TORCH_VERSION" --index-url "$TORCH_INDEX_URL"
+  "${PIP[@]}" --no-deps "torch==$TORCH_VERSION" --index-url "$TORCH_INDEX_URL"
 else
-  "${PIP[@]}" "torch==$TORCH_VERSION"
+  "${PIP[@]}" --no-deps "torch==$TORCH_VERSION"
 fi
-"${PIP[@]}" -r "$ROOT/source/requirements.txt" -c "$ROOT/source/requirements.lock"  # every package pinned
+"${PIP[@]}" "torch==$TORCH_VERSION" -r "$ROOT/source/requirements.txt" -c "$ROOT/source/requirements.lock"  # every package pinned
 """
 
 RUN_AUTOGRADER = r"""#!/usr/bin/env bash

@@ -326,11 +326,13 @@ def notebook_to_source(nb, module: str, name: str = "notebook", *, too_long=froz
 
 
 def _in_docstring(name) -> str:
-    """A notebook's file name as the first line of the module made of it shows it: a backslash, a quote and
-    any character that is not printable (a newline) escaped, so that the line stays one line of one string
-    whatever the student named the file (the module's lines keep their cells' numbering)."""
-    return "".join("\\" + c if c in '"\\' else c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
-                   for c in str(name))
+    """A notebook's file name as the first line of the module made of it shows it: a backslash and a quote
+    escaped, and any character that is not printable (a newline, a tab) written as its escape, kept as such in
+    the string (`\\n`, two characters), so that the line stays one line of one string whatever the student named
+    the file (the module's lines keep their cells' numbering), and the docstring holds no line break for Python
+    3.13's compiler to dedent."""
+    return "".join("\\" + c if c in '"\\' else c if c.isprintable()
+                   else "\\" + c.encode("unicode_escape").decode("ascii") for c in str(name))
 
 
 _MARKER = re.compile(r"# --- cell (\d+)\b")

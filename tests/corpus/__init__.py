@@ -28,7 +28,10 @@ import os
 import re
 import shutil
 import stat
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: tomli, its source (requirements.txt)
+    import tomli as tomllib
 import warnings
 import zipfile
 from dataclasses import dataclass, field
