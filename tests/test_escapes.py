@@ -7,9 +7,9 @@ jobs), tries at every level this machine offers, as root and as uid 65534:
 
 - to connect to every unix socket it can name: listed in /proc/self/net/unix and /proc/net/unix, guessed
   (/tmp/*/socket), a named socket and an abstract one that the test listens on;
-- to signal every pid up to 65536 (signal 0: the permission check of any signal), and to ptrace,
-  process_vm_readv and read /proc/<pid>/{environ,mem,maps,fd,cwd,root} of its parents and of every process of
-  the grader it can find;
+- to signal every pid up to 65536 (signal 0: the permission check of any signal), to ptrace and
+  process_vm_readv its parents and every process of the grader it can find, and to read
+  /proc/<pid>/{environ,mem,maps,fd,cwd,root} of the grader's (its parents up to grade-all, the servers);
 - to open TCP and UDP to listeners of the test's on 127.0.0.1;
 - to leave a daemon that writes into the output folder once the run is over.
 
@@ -69,26 +69,37 @@ def _stat_parent(pid):
         return 0
 
 
+def _cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+
+
 def _targets():
-    """Its parents, and every process whose command line says it is the grader's (where /proc shows them)."""
-    me, found = _os.getpid(), []
-    pid = _os.getppid()
+    """(its parents and every process of the grader's it can find, the grader's alone). Its parents above the
+    grader (the shell or test run that started grade-all) are the user's: at the none level as that user,
+    nothing can keep student code from their /proc files (README), so only the grader's are read."""
+    me, found, grader = _os.getpid(), [], []
+    pid, above = _os.getppid(), False
     while pid > 1 and pid not in found:
         found.append(pid)
+        if not above:
+            grader.append(pid)
+        above = above or b"grader_cli" in _cmdline(pid)
         pid = _stat_parent(pid)
     try:
         pids = [int(p) for p in _os.listdir("/proc") if p.isdigit()]
     except OSError:
         pids = []
     for pid in pids:
-        try:
-            with open("/proc/%d/cmdline" % pid, "rb") as fh:
-                line = fh.read()
-        except OSError:
-            continue
-        if pid != me and (b"grader_cli" in line or b"forkserver" in line or b"pytest" in line) and pid not in found:
+        line = _cmdline(pid)
+        if pid != me and pid not in found and (b"grader_cli" in line or b"forkserver" in line or b"pytest" in line):
             found.append(pid)
-    return found
+            if b"pytest" not in line:
+                grader.append(pid)
+    return found, grader
 
 
 def _unix_names():
@@ -186,9 +197,11 @@ def _escape():
     for pid in range(1, 1 << 16):
         if pid != me:
             _try("signal to pid %d" % pid, lambda: _os.kill(pid, 0))
-    for pid in _targets():
+    everyone, grader = _targets()
+    for pid in everyone:
         _try("ptrace of pid %d" % pid, lambda: _ptrace(libc, pid))
         _try("process_vm_readv of pid %d" % pid, lambda: _vm_read(libc, pid))
+    for pid in grader:
         for entry in ("environ", "mem", "maps"):
             _try("read /proc/%d/%s" % (pid, entry), lambda: open("/proc/%d/%s" % (pid, entry), "rb").close())
         for entry in ("fd", "cwd", "root"):
