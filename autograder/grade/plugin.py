@@ -60,10 +60,12 @@ _FAILURE = pytest.StashKey[str]()  # why the grader could not run student code (
 
 
 def pytest_configure(config):
+    # a cold grading (exec made it dumpable again), first: no process of its uid ptraces it or reads its key
+    # (here, not at import: the kit's own tests import this module, and their processes stay as they are)
+    undumpable()
     config.addinivalue_line("markers", "points(points, aspect): what a grader test is worth, and the aspect it checks")
     config.stash[_RESULTS] = []
     config.stash[_TIMES] = {"configured": time.time()}
-    undumpable()  # a cold grading (exec made it dumpable again): no process of its uid ptraces it or reads its key
     fd = config.getoption("key_fd")
     if fd is not None:  # read and closed before any student process starts
         config.stash[_KEY] = os.read(fd, 256)

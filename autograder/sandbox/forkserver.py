@@ -403,6 +403,7 @@ def _grader_handler(preload):
 
 
 if __name__ == "__main__":
+    undumpable()  # first: not only once its imports are done (seconds, with torch)
     kind, address, preload = sys.argv[1], sys.argv[2], sys.argv[4:]  # argv[3]: the server's label
     if kind == "grader":  # the kit's root (autograder/sandbox/ up two), not this file's folder, is where imports start
         sys.path[0] = str(Path(__file__).resolve().parent.parent.parent)

@@ -207,6 +207,9 @@ def _confine_namespaces(config):
     _call("unshare", ctypes.c_int(CLONE_NEWPID | (0 if root_user else CLONE_NEWUSER)))
     if not root_user:  # map ourselves in the new user namespace
         _step("uid-map")
+        # a non-dumpable process (a zygote's fork) may not write its own uid_map: dumpable inside its new user
+        # namespace, where no other student process sees it, until _second_wall
+        _prctl(PR_SET_DUMPABLE, 1)
         for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
             with open(f"/proc/self/{name}", "w") as fh:
                 fh.write(text)
@@ -888,10 +891,6 @@ def _error(exc):
 
 def forked(request, fds):
     """The zygote's handler (autograder/sandbox/forkserver.py): become one student process."""
-    # dumpable again, as a cold process starts (the zygote is not, and a fork inherits that): as a normal user,
-    # entering a user namespace writes its own /proc/self/uid_map, which a non-dumpable process may not
-    # (_second_wall makes it non-dumpable once confined)
-    _prctl(PR_SET_DUMPABLE, 1)
     os.dup2(fds[0], 0)
     os.dup2(fds[1], 1)
     for fd in fds:
