@@ -127,7 +127,10 @@ UV ?=
 define LOCK_HEADER
 # Every package the kit's set-up installs besides torch (torch's own dependencies included: the Makefile pins torch,
 # autograder/paths.py's TORCH_VERSION), at the exact version, for every Python the kit supports (pyproject.toml's
-# requires-python: 3.10 to 3.13) and every platform, with environment markers where one needs another version.
+# requires-python: 3.10 to 3.13) and every platform: one release per package for all of them (--fork-strategy
+# fewest); a marker only where a package is needed on some Pythons or platforms alone. Never a pin that differs by
+# Python: pip, asked to check this lock for another Python (--python-version), reads markers off the Python it runs
+# on, so such a pin failed there (numpy 2.4.6 for 3.10, soupsieve 4.1.3 for 3.11.2).
 # make setup passes this file to pip as constraints (-c), so that every set-up is the same.
 # Written by `uv pip compile --universal` (make lock): one resolution for all Pythons at once, without their
 # interpreters, keeping each version already pinned here wherever it still fits; pip-tools resolves for the Python
@@ -144,8 +147,9 @@ lock:
 	fi; \
 	echo "$(TORCH)" > "$$tmp/torch.txt"; \
 	cp requirements.lock "$$tmp/requirements.lock"; \
-	echo "uv pip compile --universal --python-version $(word 1,$(PYTHONS)) requirements.txt (and $(TORCH), left out)"; \
-	UV_PYTHON_DOWNLOADS=never "$$uv" pip compile --quiet --universal --python-version $(word 1,$(PYTHONS)) \
+	echo "uv pip compile --universal --fork-strategy fewest --python-version $(word 1,$(PYTHONS)) requirements.txt (and $(TORCH), left out)"; \
+	UV_PYTHON_DOWNLOADS=never "$$uv" pip compile --quiet --universal --fork-strategy fewest \
+	  --python-version $(word 1,$(PYTHONS)) \
 	  --no-emit-package torch --custom-compile-command "make lock" \
 	  requirements.txt "$$tmp/torch.txt" -o "$$tmp/requirements.lock"; \
 	{ echo "$$LOCK_HEADER"; cat "$$tmp/requirements.lock"; } > requirements.lock
