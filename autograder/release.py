@@ -43,11 +43,11 @@ from autograder import MODULES
 
 from autograder.paths import ASSIGNMENTS, GRADERS as GRADERS_DIR, KIT as ROOT, PACKAGE, README as KIT_README
 from autograder.paths import SOLUTIONS as SOLUTIONS_DIR, STUDENT_TEMPLATE as TEMPLATE_DIR
-from autograder.submission.notebooks import load_nbformat
+from autograder.submission.notebooks import load_nbformat, notebook_name
 
 ASSIGNMENT = "mha"
 ASSIGNMENT_DIR = ASSIGNMENTS / ASSIGNMENT
-NOTEBOOKS = {m: f"{i:02d}_{m}.ipynb" for i, m in enumerate(MODULES, 1)}  # 01_attention.ipynb, ...
+NOTEBOOKS = {m: notebook_name(m) for m in MODULES}  # 01_attention.ipynb, ...
 SELF_CHECK = PACKAGE / "sandbox" / "selfcheck.py"  # the public checks, shipped as is
 RELEASED = PACKAGE / "submission" / "released.py"  # what grading knows of the released template
 

@@ -1,6 +1,8 @@
 """Shared fixtures of the kit's own tests."""
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from autograder.sandbox.limits import ONE_THREAD  # imports no torch
@@ -118,7 +120,7 @@ def _readable_python():
     python = folder / "venv" / "bin" / "python"
     check = [str(python), "-c", "import importlib.util as u; open(u.find_spec('torch').origin).close()"]
     if os.geteuid() == 0:
-        check = ["setpriv", f"--reuid={SPARE_UID}", f"--regid={SPARE_UID}", "--clear-groups", *check]
+        check = as_uid(check)
     proc = subprocess.run(check, capture_output=True, text=True)
     if proc.returncode:
         return None, f"uid {SPARE_UID} cannot read the kit's packages ({proc.stderr.strip()[-200:]})"
@@ -126,6 +128,39 @@ def _readable_python():
 
 
 SPARE_UID = 65534  # nobody: the unprivileged user the kit's tests grade as
+
+
+def as_uid(cmd, uid=SPARE_UID):
+    """`cmd` run as `uid` (by root, through setpriv): no groups, real and effective ids both."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *cmd]
+
+
+def with_spare_uid_and_system_python(test):
+    """Mark `test`, which runs a stdlib-only module of the kit as SPARE_UID with /usr/bin/python3 (as_uid), to
+    skip, saying why, where that cannot be done."""
+    for mark in (pytest.mark.skipif(os.geteuid() != 0, reason=f"switching to uid {SPARE_UID} needs root"),
+                 pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv is not installed"),
+                 pytest.mark.skipif(not os.access("/usr/bin/python3", os.X_OK),
+                                    reason=f"/usr/bin/python3 (readable by uid {SPARE_UID}) is missing")):
+        test = mark(test)
+    return test
+
+
+@pytest.fixture
+def world_readable_tmp():
+    """A tmp folder under /tmp that SPARE_UID can enter and read."""
+    path = Path(tempfile.mkdtemp(prefix="mha-readable-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def readable_copy(module, folder) -> Path:
+    """A copy of the file `module` in `folder` that any uid can read."""
+    copy = Path(folder) / Path(module).name
+    shutil.copy(module, copy)
+    copy.chmod(0o644)
+    return copy
 
 
 @pytest.fixture(scope="session")

@@ -41,7 +41,7 @@ from autograder import LEVELS
 from autograder.grade.engine import grade
 from autograder.sandbox.errors import GraderUnavailable
 from autograder.sandbox.isolation import choose_isolation
-from tests.conftest import ROOT, SOLUTIONS, SPARE_UID
+from tests.conftest import ROOT, SOLUTIONS, SPARE_UID, as_uid
 
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes
 
@@ -100,7 +100,7 @@ def as_user(user, cmd, uid=SPARE_UID):
     if ROOT_USER:
         if not HAS_SETPRIV:
             pytest.skip("running as root without setpriv: cannot drop to an unprivileged uid")
-        return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *cmd]
+        return as_uid(cmd, uid)
     return cmd  # already an unprivileged user
 
 

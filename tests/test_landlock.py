@@ -8,17 +8,15 @@ restricted.
 import importlib.util
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import ROOT, as_uid, readable_copy, with_spare_uid_and_system_python
+
 MODULE = ROOT / "autograder" / "sandbox" / "landlock.py"
 
 _spec = importlib.util.spec_from_file_location("_landlock_under_test", MODULE)
@@ -322,25 +320,10 @@ def test_a_single_path_instead_of_a_list_is_a_type_error():
         landlock.restrict(read="/usr")
 
 
-@pytest.fixture
-def world_readable_tmp():
-    """A tmp folder under /tmp that uid 65534 can enter and read."""
-    path = Path(tempfile.mkdtemp(prefix="landlock-test-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
-                    reason="switching to uid 65534 needs root")
-@pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv is not installed")
-@pytest.mark.skipif(not os.access("/usr/bin/python3", os.X_OK),
-                    reason="/usr/bin/python3 (readable by uid 65534) is missing")
+@with_spare_uid_and_system_python
 def test_the_restriction_works_for_an_unprivileged_user(world_readable_tmp):
     tmp = world_readable_tmp
-    module = tmp / "landlock.py"
-    shutil.copy(MODULE, module)
-    module.chmod(0o644)
+    module = readable_copy(MODULE, tmp)
     (tmp / "allowed").mkdir(mode=0o755)
     (tmp / "allowed").chmod(0o755)
     for path, text in ((tmp / "allowed" / "a.txt", "A"), (tmp / "secret.txt", "S")):
@@ -358,7 +341,7 @@ def test_the_restriction_works_for_an_unprivileged_user(world_readable_tmp):
             "outside": attempt(lambda: read(P["secret"])),
         }))
     """, interpreter="/usr/bin/python3", module=module, cwd=tmp,
-        prefix=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"],
+        prefix=as_uid([]),
         allowed=str(tmp / "allowed"), secret=str(tmp / "secret.txt"))
     assert out == {"uid": 65534, "abi": ABI, "no_new_privs": [0, 1],
                    "inside": "ok", "outside": "PermissionError"}

@@ -20,11 +20,11 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import ROOT, as_uid, readable_copy, with_spare_uid_and_system_python
+
 MODULE = ROOT / "autograder" / "sandbox" / "seccomp.py"
 
 _spec = importlib.util.spec_from_file_location("_seccomp_under_test", MODULE)
@@ -634,25 +634,11 @@ def test_a_forked_child_cannot_signal_itself_nor_the_parent_its_child():
 
 # --- unprivileged ----------------------------------------------------------------
 
-@pytest.fixture
-def world_readable_tmp():
-    """A tmp folder under /tmp that uid 65534 can enter and read."""
-    path = Path(tempfile.mkdtemp(prefix="seccomp-test-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 @needs_seccomp
-@pytest.mark.skipif(not IS_ROOT, reason="switching to uid 65534 needs root")
-@pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv is not installed")
-@pytest.mark.skipif(not os.access("/usr/bin/python3", os.X_OK),
-                    reason="/usr/bin/python3 (readable by uid 65534) is missing")
+@with_spare_uid_and_system_python
 def test_the_filter_works_for_an_unprivileged_user(world_readable_tmp):
     tmp = world_readable_tmp
-    module = tmp / "seccomp.py"
-    shutil.copy(MODULE, module)
-    module.chmod(0o644)
+    module = readable_copy(MODULE, tmp)
     # Refused for uid 65534 by the filter only: without it each of these goes through.
     attacks = ["socket_inet", "socket_unix", "kill_own_group", "kill_negative_group",
                "unshare_user", "perf_event_open", "io_uring_setup"]
@@ -664,7 +650,7 @@ def test_the_filter_works_for_an_unprivileged_user(world_readable_tmp):
         print(json.dumps({"uid": os.getuid(), "names": len(names), "before": before,
                           "after": after, "kill_self": attempt(lambda: os.kill(os.getpid(), 0))}))
     """, interpreter="/usr/bin/python3", module=module, cwd=tmp,
-        prefix=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"],
+        prefix=as_uid([]),
         attacks=attacks)
     assert out["uid"] == 65534 and out["names"] == len(seccomp.refused_names()), out
     assert out["after"] == {name: "EPERM" for name in attacks + ["kill_parent"]}, out

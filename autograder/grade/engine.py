@@ -161,8 +161,8 @@ def _write_modules(files, folder, notes):
     A module's .py file is written as `<module>.py` whatever the student named it (`masks (1).py` ->
     `masks.py`: intake.one_form left at most one file of each module); any other .py file under its own name."""
     for name, data in files.items():
-        if name.endswith(".py") or name.lower().endswith(".py") and intake.module_of(name):
-            module = intake.module_of(name)
+        module = intake.module_of(name) if name.lower().endswith(".py") else None
+        if module or name.endswith(".py"):  # (MASKS.PY is a module's; HELPER.PY, no module's, is not taken)
             target = folder / (f"{module}.py" if module else name)
             if not target.exists():  # (never: one file a module, and no other file is named <module>.py)
                 intake.write_new(target, data)

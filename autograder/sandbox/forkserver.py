@@ -132,7 +132,6 @@ def serve(address, handler, freeze_imports=False, owner=None):
     runs in each fork. `freeze_imports`: keep what the server imported out of the forks' garbage collections
     (gc.freeze). `owner`: the pid whose descendants may ask (default: this process's parent)."""
     owner = os.getppid() if owner is None else owner
-    undumpable()
     listener = socket.socket(fileno=channel_fd(address))
     listener.set_inheritable(False)
     # a worker's end wakes the loop at once (SIGCHLD through a pipe), so that its owner hears of it without waiting
@@ -388,7 +387,6 @@ def _grader_handler(preload):
 
     import pytest
 
-    undumpable()  # the gradings inherit it: they hold the key that signs results
     for name in preload:  # imported once here, not once per grading
         importlib.import_module(name)
 
@@ -403,7 +401,7 @@ def _grader_handler(preload):
 
 
 if __name__ == "__main__":
-    undumpable()  # first: not only once its imports are done (seconds, with torch)
+    undumpable()  # first, before its imports (seconds, with torch); the forks inherit it (a grading holds its key)
     kind, address, preload = sys.argv[1], sys.argv[2], sys.argv[4:]  # argv[3]: the server's label
     if kind == "grader":  # the kit's root (autograder/sandbox/ up two), not this file's folder, is where imports start
         sys.path[0] = str(Path(__file__).resolve().parent.parent.parent)

@@ -79,7 +79,7 @@ import zipfile
 from pathlib import Path
 
 from autograder import MODULES
-from autograder.submission.notebooks import modules_named as stem_modules, notebook_source
+from autograder.submission.notebooks import modules_named as stem_modules, notebook_name, notebook_source
 
 #: The largest file taken, by suffix: a module, a notebook (its embedded plots included).
 MAX_FILE = {".py": 8 << 20, ".ipynb": 32 << 20}
@@ -517,11 +517,6 @@ def _listed(names, cap=4) -> str:
     if len(names) > cap:
         names = names[:cap] + [f"{len(names) - cap:,} more files"]
     return " and ".join(", ".join(names).rsplit(", ", 1)) if len(names) > 1 else "".join(names)
-
-
-def notebook_name(module) -> str:
-    """The module's notebook as released: 01_attention.ipynb, ..."""
-    return f"{MODULES.index(module) + 1:02d}_{module}.ipynb"
 
 
 def _why_left_out(dropped, kept, blank, same) -> str:

@@ -114,6 +114,11 @@ def modules_named(stem) -> tuple[str, ...]:
     return (module, *others)
 
 
+def notebook_name(module) -> str:
+    """The module's notebook as released: 01_attention.ipynb, ..."""
+    return f"{MODULES.index(module) + 1:02d}_{module}.ipynb"
+
+
 def module_of(path: Path) -> str | None:
     """The contract module a notebook stands for, by the name rule (`modules_named`): `01_attention.ipynb`,
     `bea_01_attention.ipynb`, `01_attention (1).ipynb` -> "attention"; None for a name that stands for no
@@ -356,7 +361,7 @@ def missing_message(module: str) -> str:
         from autograder.submission.released import MODULE_CELLS, NAMES
     except ImportError:  # a kit never released
         MODULE_CELLS, NAMES = {}, {}
-    notebook = f"{MODULES.index(module) + 1:02d}_{module}.ipynb"  # as released: 01_attention.ipynb, ...
+    notebook = notebook_name(module)
     names = NAMES.get(module) or []
     what = " and ".join(", ".join(names).rsplit(", ", 1)) if names else "its code"
     cell = f"cell {MODULE_CELLS[module]}, " if module in MODULE_CELLS else ""
