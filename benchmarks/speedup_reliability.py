@@ -1,18 +1,24 @@
-"""Benchmark: is the speedup grading reliable under load, and under attack?
+"""Benchmark: are the structure and speed checks reliable under load, and under attack?
 
-Runs the speedup grading (autograder.grade.timing.measure_until, retries included:
-exactly what a grading runs) RUNS times on each of: the reference fused
-module (must pass every time), a fused module that loops over the heads, and
-the timing attacks of the adversarial corpus (tests/corpus/attacks.toml:
-replayed answers, a table of the timing inputs, CPU burners while the
-references are timed), which must fail every time; while a busy loop
-occupies one core (or not), and reports passes and failures with the
-measured ratios. Each variant gets a fresh student process every CHUNK runs
-(as every grading does; the burners of the corpus case stop after 150 s).
+Runs the timed measurement of a grading (autograder.grade.timing.measure_until,
+retries included: exactly what a grading runs, and what its structure and two
+speed checks read) RUNS times on each of: the honest modules (the reference
+fused module, and the corpus's einsum and SDPA variants), which must pass every
+check every time; and the cheating ones, which must fail every time: a fused
+module that loops over the heads, the corpus's hidden loops (tests/corpus/
+attacks.toml: a dispatch mode switched off, a patched counter, passes batched
+through ._base or storage arithmetic, a pass that reads ahead) and its timing
+attacks (replayed answers, a table of the inputs, CPU burners while the
+references are timed). By default one busy loop per core runs beside it all
+(`--busy 0`: none). Prints, per module and for all, passes and the three
+figures (min, median, max), then a table of the worst honest figure against
+the best cheating one.
 
-    python benchmarks/speedup_reliability.py [--runs 200] [--no-busy-loop] [--only NAME ...]
+    python benchmarks/speedup_reliability.py [--runs 200] [--busy N] [--only NAME ...]
 """
 import argparse
+import math
+import os
 import statistics
 import subprocess
 import sys
@@ -29,67 +35,85 @@ from autograder.sandbox.client import Sandbox  # noqa: E402
 from tests.corpus import load_attacks, load_corpus, materialize  # noqa: E402
 
 CHUNK = 25
-ATTACKS = ("timing-replay-on-retry", "timing-input-table", "timing-burners-during-reference")
+HONEST = ("reference", "mha-fused-einsum", "mha-fused-sdpa-is-causal")
+CHEATS = ("mha-fused-loop-over-heads", "hidden-loop-dispatch-mode-off", "hidden-loop-patched-counter",
+          "hidden-loop-batched-through-base", "hidden-loop-batched-through-storage", "hidden-loop-reads-ahead",
+          "timing-replay-on-retry", "timing-input-table", "timing-burners-during-reference")
+#: figure -> (how it reads, the threshold, True when a higher figure is better)
+FIGURES = {"relative_growth": ("growth over the reference fused module's", timing.GROWTH_LIMIT, False),
+           "speedup": ("speedup over the reference stacked module", timing.MIN_SPEEDUP, True),
+           "slowdown": ("slowdown against the reference fused module", timing.MAX_SLOWDOWN, False)}
 
 
 def run(name, submission, runs):
-    speedups, slowdowns, passed, discarded, rounds = [], [], 0, 0, 0
-    fast, close = 0, 0  # each of the two graded checks on its own
-    start = time.monotonic()
+    values, passed, start = {f: [] for f in FIGURES}, 0, time.monotonic()
     for first in range(0, runs, CHUNK):
         with Sandbox(submission) as sandbox:
-            remote = timing.build_fused(sandbox)
+            timed = timing.build_timed(sandbox)
             for i in range(first, min(runs, first + CHUNK)):
-                m = timing.measure_until(remote)
+                m = timing.measure_until(timed)
                 passed += timing.passes(m)
-                fast += bool(m.verified and m.vouched and m.fast_enough)
-                close += bool(m.verified and m.vouched and m.close_to_reference)
-                speedups.append(m.speedup)
-                slowdowns.append(m.slowdown)
-                discarded += m.discarded
-                rounds += m.rounds
+                for f in FIGURES:
+                    values[f].append(getattr(m, f) if m.verified and m.vouched else math.nan)
                 if (i + 1) % 20 == 0:
                     print(f"  {name}: {i + 1}/{runs} runs, {passed} passed", flush=True)
-    q = lambda xs: f"min {min(xs):.2f}, median {statistics.median(xs):.2f}, max {max(xs):.2f}"  # noqa: E731
-    print(f"{name}: {passed}/{runs} passed, {runs - passed}/{runs} failed in {time.monotonic() - start:.0f} s; "
-          f"{discarded}/{rounds} rounds discarded (student CPU while the references were timed)\n"
-          f"    checks on their own: faster than the reference stacked module {fast}/{runs}, close to the "
-          f"reference fused module {close}/{runs}\n"
-          f"    speedup over the reference stacked module (needs >= {timing.MIN_SPEEDUP:g}): {q(speedups)}\n"
-          f"    slowdown against the reference fused module (needs <= {timing.MAX_SLOWDOWN:g}): {q(slowdowns)}",
-          flush=True)
-    return passed
+    q = lambda xs: (f"min {min(xs):.2f}, median {statistics.median(xs):.2f}, max {max(xs):.2f}"  # noqa: E731
+                    if xs else "no verified run")
+    print(f"{name}: {passed}/{runs} passed in {time.monotonic() - start:.0f} s", flush=True)
+    for f, (words, threshold, higher) in FIGURES.items():
+        xs = [x for x in values[f] if not math.isnan(x)]
+        print(f"    {words} (needs {'>=' if higher else '<='} {threshold:g}): {q(xs)}", flush=True)
+    return passed, values
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--no-busy-loop", action="store_true")
-    parser.add_argument("--only", nargs="*", help="variants to run (default: all): reference, loop, or attack ids")
+    parser.add_argument("--busy", type=int, default=os.cpu_count(), help="busy loops beside it (default: one per core)")
+    parser.add_argument("--only", nargs="*", help="modules to run (default: all): reference, or corpus ids")
     args = parser.parse_args()
-    busy = None if args.no_busy_loop else subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     results = {}
     try:
-        print(f"sizes {timing.SIZES}, {timing.ROUNDS} rounds of {timing.REPS}, up to {timing.RETRIES} tries; "
-              f"busy loop on one core: {busy is not None}", flush=True)
+        print(f"sizes {timing.SIZES}, {timing.FEW_HEADS} head against {timing.SIZES['num_heads']}, {timing.ROUNDS} "
+              f"rounds of {timing.REPS}, up to {timing.RETRIES} tries; {len(busy)} busy loop(s) on "
+              f"{os.cpu_count()} cores", flush=True)
         with tempfile.TemporaryDirectory() as tmp:
-            variants = {"reference": SOLUTIONS}
-            case = next(c for c in load_corpus()["bug"] if c.id == "mha-fused-loop-over-heads")
-            variants["loop"] = materialize(case, Path(tmp) / case.id, SOLUTIONS)
-            for attack in (c for c in load_attacks() if c.id in ATTACKS):
-                variants[attack.id] = materialize(attack, Path(tmp) / attack.id, SOLUTIONS, params={})
-            for name, folder in variants.items():
-                if not args.only or name in args.only:
-                    results[name] = run(name, folder, args.runs)
+            cases = {c.id: c for kind in ("bug", "alternative") for c in load_corpus()[kind]}
+            attacks = {c.id: c for c in load_attacks()}
+            for name in (*HONEST, *CHEATS):
+                if args.only and name not in args.only:
+                    continue
+                if name == "reference":
+                    folder = SOLUTIONS
+                elif name in attacks:
+                    folder = materialize(attacks[name], Path(tmp) / name, SOLUTIONS, params={})
+                else:
+                    folder = materialize(cases[name], Path(tmp) / name, SOLUTIONS)
+                results[name] = run(name, folder, args.runs)
     finally:
-        if busy:
-            busy.kill()
+        for proc in busy:
+            proc.kill()
     print()
     ok = True
-    for name, passed in results.items():
-        want = args.runs if name == "reference" else 0
+    for name, (passed, _) in results.items():
+        want = args.runs if name in HONEST else 0
         ok = ok and passed == want
         print(f"{name}: {passed}/{args.runs} passed (expected {want}/{args.runs})")
+    honest = [v for n, (_, v) in results.items() if n in HONEST]
+    cheats = [v for n, (_, v) in results.items() if n in CHEATS]
+    if honest and cheats:
+        print("\n| figure | threshold | worst honest | best cheating | margin (worst honest / best cheating) |")
+        print("|---|---|---|---|---|")
+        for f, (words, threshold, higher) in FIGURES.items():
+            h = [x for v in honest for x in v[f] if not math.isnan(x)]
+            c = [x for v in cheats for x in v[f] if not math.isnan(x)]
+            if not h or not c:
+                continue
+            worst, best = (min(h), max(c)) if higher else (max(h), min(c))
+            margin = worst / best if higher else best / worst
+            ok = ok and margin >= 2
+            print(f"| {words} | {threshold:g} | {worst:.2f} | {best:.2f} | {margin:.2f}x |")
     sys.exit(0 if ok else 1)
 
 

@@ -7,6 +7,7 @@ every other student tree and grading process, calls in flight included; the
 time they spend stopped does not count against their deadlines, and a
 neighbour's hanging call never delays a measurement.
 """
+import os
 import shutil
 import subprocess
 import sys
@@ -64,10 +65,32 @@ def test_a_measurement_stops_every_other_student_tree_of_the_batch(neighbour):
         time.sleep(0.01)
 
 
-def test_outside_a_batch_nothing_is_stopped(monkeypatch):
+def test_without_a_class_run_every_grading_of_the_user_shares_the_machines_folder(monkeypatch):
+    """Two gradings of one user on one machine (two `grade` runs, the suite's workers) are one batch: the honest
+    reference measured 2.77x when one worker's gradings ran beside the other's measurement."""
+    import stat
+
     monkeypatch.delenv(batchlock.ENV, raising=False)
-    with batchlock.quiet(None) as freezes:
-        assert freezes == []
+    path = batchlock.folder()
+    assert path is not None and path == batchlock.machine_folder()
+    st = os.lstat(path)
+    assert stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) == 0o700
+
+
+def test_a_machine_folder_made_by_someone_else_is_not_used(monkeypatch, tmp_path):
+    """A folder of that name that another user made (or a link) would let them see and stop this user's
+    gradings: no batch then, rather than theirs."""
+    monkeypatch.setattr(batchlock, "_machine", [])
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    (tmp_path / "mha-kit-measure").symlink_to(tmp_path / "elsewhere")
+    assert batchlock.machine_folder() is None
+    (tmp_path / "mha-kit-measure").unlink()
+    (tmp_path / "mha-kit-measure").mkdir(mode=0o755)
+    os.chmod(tmp_path / "mha-kit-measure", 0o755)
+    assert batchlock.machine_folder() is None
+    os.chmod(tmp_path / "mha-kit-measure", 0o700)
+    assert batchlock.machine_folder() == tmp_path / "mha-kit-measure"
 
 
 def test_a_stale_registration_never_stops_a_later_process_with_its_number(batch):
@@ -101,7 +124,7 @@ def test_a_student_call_of_the_batch_waits_until_the_measurement_ends(batch):
 
 def test_a_measurement_in_a_batch_times_its_own_student_and_vouches_for_it(neighbour):
     with Sandbox(SOLUTIONS) as sandbox:
-        m = timing.measure(timing.build_fused(sandbox))
+        m = timing.measure(timing.build_timed(sandbox))
     assert m.verified and m.vouched and m.discarded == 0, m.details
     assert m.neighbours == 1 and m.to_dict()["neighbours_stopped"] == 1
     assert torch.isfinite(torch.tensor(m.speedup))
@@ -189,8 +212,7 @@ def test_a_measurement_stops_the_other_gradings_trusted_work(batch):
         busy.wait()
 
 
-def test_deadlines_outside_a_batch_are_plain_wall_clock(monkeypatch):
-    monkeypatch.delenv(batchlock.ENV, raising=False)
+def test_deadlines_of_a_batch_never_stopped_are_plain_wall_clock(batch):
     deadline = batchlock.Deadline(0.0)
     assert deadline.left() <= 0 and batchlock.paused_since(0.0) == 0.0
 

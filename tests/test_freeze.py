@@ -99,18 +99,27 @@ class _FakeSandbox:
 
 
 class _FakeRemote:
-    """The reference fused module standing in for a student's, timed in this process."""
+    """The reference fused module standing in for a student's, timed in this process (`heads`: None for 32)."""
 
     sandbox = _FakeSandbox()
 
-    def __init__(self):
-        self.module = timing.reference_modules()[1]
+    def __init__(self, heads=None):
+        self.module = timing.reference_modules(heads=heads)[1]
 
     def time(self, xs, discard=False):
+        import time
+
         import torch
 
+        begin = time.perf_counter()
         with torch.no_grad():
-            return [self.module(x) for x in xs]
+            outputs = [self.module(x) for x in xs]
+        return outputs, time.perf_counter() - begin, 0.0
+
+
+def _fake_pair(kind=None):
+    kind = kind or _FakeRemote
+    return kind(), kind(timing.FEW_HEADS)
 
 
 def test_rounds_with_student_cpu_during_the_references_are_discarded(monkeypatch):
@@ -129,7 +138,7 @@ def test_rounds_with_student_cpu_during_the_references_are_discarded(monkeypatch
             return False
 
     monkeypatch.setattr(timing, "frozen", lambda root: Ctx())
-    m = timing.measure(_FakeRemote(), rounds=2, reps=2)
+    m = timing.measure(_fake_pair(), rounds=2, reps=2)
     assert (m.rounds, m.discarded, m.vouched) == (2, 2, False), (m.rounds, m.discarded, m.vouched)
     assert not timing.passes(m) and m.details == ["the student's processes used 3.0 ms of CPU"] * 2
 
@@ -142,11 +151,11 @@ def test_a_passing_try_stops_after_min_rounds_and_a_failing_one_takes_them_all()
         seen.append(m.rounds)
         return True
 
-    m = timing.measure(_FakeRemote(), rounds=4, reps=2, enough=enough)
+    m = timing.measure(_fake_pair(), rounds=4, reps=2, enough=enough)
     assert (m.rounds, seen) == (timing.MIN_ROUNDS, [timing.MIN_ROUNDS]), (m.rounds, seen)
     assert len(m.seeds) == 1 and m.vouched
     seen.clear()
-    m = timing.measure(_FakeRemote(), rounds=4, reps=2, enough=lambda m: seen.append(m.rounds) or False)
+    m = timing.measure(_fake_pair(), rounds=4, reps=2, enough=lambda m: seen.append(m.rounds) or False)
     assert (m.rounds, seen) == (4, [2, 3]), "expected every round timed, asked after rounds 2 and 3 (not the last)"
 
 
@@ -154,15 +163,16 @@ class _WrongRemote(_FakeRemote):
     """A fused module whose outputs are off by one: fast, and wrong."""
 
     def time(self, xs, discard=False):
-        return [out + 1 for out in super().time(xs, discard)]
+        outputs, seconds, waited = super().time(xs, discard)
+        return [out + 1 for out in outputs], seconds, waited
 
 
 def test_a_try_ends_at_its_first_wrong_round_and_is_not_tried_again():
     """Wrong outputs are not noise: no later round or retry can make the measurement pass."""
-    m = timing.measure(_WrongRemote(), rounds=4, reps=2, enough=timing.passes)
+    m = timing.measure(_fake_pair(_WrongRemote), rounds=4, reps=2, enough=timing.passes)
     assert (m.rounds, m.verified) == (1, False), (m.rounds, m.verified)
-    assert len(m.mismatched) == 2, "expected the round's mismatched passes kept for the blame check"
-    result = timing.measure_until(_WrongRemote())
+    assert len(m.mismatched) == 4, "expected the round's mismatched passes (2 of each module) kept for the blame check"
+    result = timing.measure_until(_fake_pair(_WrongRemote))
     assert (len(result.seeds), result.verified) == (1, False), "expected one try, not RETRIES"
 
 

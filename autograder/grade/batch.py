@@ -350,18 +350,22 @@ def grader_failures(rows: dict[str, Row]) -> list[Row]:
 
 @contextmanager
 def _batch_folder():
-    """MHA_BATCH_DIR for the gradings of this run (autograder/sandbox/batchlock.py), removed after it."""
+    """MHA_BATCH_DIR for the gradings of this run (autograder/sandbox/batchlock.py): the one given, else the
+    user's machine-wide folder (so that this run and any other grading of the machine's user stop each other
+    while they measure speed), else a folder of the run's own, removed after it."""
     previous = os.environ.get(batchlock.ENV)
-    path = tempfile.mkdtemp(prefix="mha-batch-")
+    if previous:
+        yield previous
+        return
+    shared = batchlock.machine_folder()
+    path = str(shared) if shared is not None else tempfile.mkdtemp(prefix="mha-batch-")
     os.environ[batchlock.ENV] = path
     try:
         yield path
     finally:
-        if previous is None:
-            os.environ.pop(batchlock.ENV, None)
-        else:
-            os.environ[batchlock.ENV] = previous
-        shutil.rmtree(path, ignore_errors=True)
+        os.environ.pop(batchlock.ENV, None)
+        if shared is None:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool = False, timeout: float = 300.0,

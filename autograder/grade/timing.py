@@ -2,25 +2,36 @@
 
 Kept in one place, and in layers (each its own grader test):
 
-1. structure (in the graders): the fused forward's matrix-product count,
-   counted with torch's dispatch mode, does not grow with num_heads;
+1. structure: the student's fused module's time per pass grows with
+   num_heads (d_model fixed: FEW_HEADS heads against SIZES' 32) no more than
+   GROWTH_LIMIT times as much as the reference fused module's does; a loop
+   over heads grows as the reference stacked module does, tens of times
+   more. Its own time with few heads counts at most as the reference fused
+   module's (`Measurement.growth`), so a module cannot flatten its growth by
+   being slow with few heads;
 2. the student's fused module against the instructor's reference *stacked*
    module (never the student's own stacked one, which could be made slow):
    it must be at least MIN_SPEEDUP times faster;
 3. the student's fused module against the reference *fused* module: at most
    MAX_SLOWDOWN times slower.
 
-Timing the student cannot fake, and load cannot move: every duration is read
-by the trusted process's own clocks. The student process runs a block of
-forward passes on request; the grader times the whole request by the wall
-clock, so a module that sleeps, or works in other threads or processes, is
-slow however it patches the timers of its own process. From that wall time
-one thing may be taken off: when a single thread of the student's whole
-process tree worked during the block (and no thread or process started or
-ended meanwhile), the time
-that thread was runnable but waited for a CPU, which the kernel counts
-(run delay, /proc/<pid>/task/<tid>/schedstat): that is the machine's load,
-not the module's cost (`time_student_block`). The reference modules run in
+Nothing measured inside the student process decides a point: student code
+can switch off, patch or lie to anything that runs there (torch's dispatch
+modes, timers, the request handler). Every duration is read by the trusted
+process's own clocks. The student process runs the forward passes of a block
+on request, each pass a request of its own, sent only once the answer to the
+pass before it is back, with its input in a storage of its own
+(`RemoteModule.time`): a pass sees its own input alone, and only when it
+runs, so no module can work on several passes at once or read ahead. The
+grader times the whole block by the wall clock, so a module that sleeps, or
+works in other threads or processes, is slow however it patches the timers
+of its own process. From that wall time two things are taken off, both the
+machine's load, not the module's cost: the time the grader's own thread
+waited for a CPU while runnable (the kernel's run delay,
+/proc/self/task/<tid>/schedstat: the grader waits for an answer that is
+already there), and, when a single thread of the student's whole process
+tree worked during the block (and no thread or process started or ended
+meanwhile), the run delay of that thread (`time_student_block`). The reference modules run in
 the grader's own thread and are timed by its CPU clock (`time.thread_time`),
 which preemption does not advance. Timed by the wall clock, the long
 reference stacked block (about 15 times a fused one) was inflated by load
@@ -49,6 +60,7 @@ is discarded.
 from __future__ import annotations
 
 import hashlib
+import random
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -62,31 +74,28 @@ from autograder.sandbox.seeding import manual_seed
 from solutions import mha as ref
 
 SIZES = {"batch": 2, "tokens": 16, "d_in": 64, "num_heads": 32, "head_dim": 2}
-# Measured here (benchmarks/speedup_reliability.py, 40 gradings each, a busy loop on one of the 2 cores
-# and the kit's whole test suite on the other): a correct fused module is 4.8-12.6x faster than the
-# reference stacked one (median 10.0) and 1.04-2.4x as slow as the reference fused one (median 1.27); a
-# fused module that loops over the heads is 1.1-1.7x faster (median 1.41) and 8.1-10.1x as slow (median
-# 8.9). Load moves neither figure much (see the clocks above), so each threshold sits about halfway, on a
-# log scale, between the honest module's worst and the loop's best: 1.6-1.8x from each side for
-# MIN_SPEEDUP, 1.7-2x for MAX_SLOWDOWN (which leaves room for honest styles slower than the reference).
+#: The structure check's second head count: d_model (64) in one head. A loop over heads does one head's work
+#: here, as a fused module does; at 32 heads it does 32 heads' work, ~10 operators each.
+FEW_HEADS = 1
 MIN_SPEEDUP = 3.0  # fused vs the reference stacked module
 MAX_SLOWDOWN = 4.0  # fused vs the reference fused module
+#: The structure check: the student's growth from FEW_HEADS to 32 heads, over the reference fused module's.
+GROWTH_LIMIT = 4.0
 ROUNDS = 5
-#: A try may stop after this many rounds once its figures pass both checks (`measure`'s `enough`): a pass is
+#: A try may stop after this many rounds once its figures pass every check (`measure`'s `enough`): a pass is
 #: decided by each side's best round, so further rounds could only confirm it or, by luck, undo it; a failing
 #: measurement that is only slow takes all ROUNDS and the retries, a wrong one ends at its first mismatched round.
 MIN_ROUNDS = 2
 REPS = 20
-#: Passes of the reference stacked module timed in a round: the first STACKED_REPS of the round's REPS inputs. It
-#: runs here, timed by this thread's CPU clock with no round trip to share out, and one pass takes ~3.7 ms (about
-#: 15 fused ones), so five passes give its time per pass as well as twenty did; twenty were a quarter of the CPU
-#: of a grading that passes, and most of one whose module is too slow (RETRIES x ROUNDS rounds). Measured back to
-#: back here (benchmarks/speedup_reliability.py, 60 gradings each, a busy loop on one core), 5 against 20: the
-#: correct module 6.35-8.17x faster than the reference stacked one (median 7.48) against 5.87-7.23x (6.84); the
-#: loop over heads 1.44-1.53x (1.48) against 1.38-1.46x (1.40); each side ~6 % higher, the gap and both checks'
-#: outcomes unchanged; the corpus's three timing attacks failed 60/60 with 5.
+#: Passes of a reference stacked module timed in a round: the first STACKED_REPS of the round's REPS inputs. It
+#: runs here, timed by this thread's CPU clock with no round trip to share out, and one pass at 32 heads takes
+#: ~3.7 ms (about 15 fused ones), so five passes give its time per pass as well as twenty did.
 STACKED_REPS = 5
 RETRIES = 3
+#: The figures of a Measurement, each the best seconds per pass over its rounds: the student's fused module
+#: and the two references at SIZES' 32 heads, then at FEW_HEADS.
+FIGURES = ("student_fused", "reference_stacked", "reference_fused", "student_few", "reference_stacked_few",
+           "reference_fused_few")
 
 
 @dataclass
@@ -96,16 +105,19 @@ class Measurement:
     student_fused: float
     reference_stacked: float
     reference_fused: float
+    student_few: float = float("nan")  # the same modules with FEW_HEADS heads (the structure check)
+    reference_stacked_few: float = float("nan")
+    reference_fused_few: float = float("nan")
     device: str = "cpu"
-    verified: bool = True  # every timed pass of the student's module returned the reference's output
+    verified: bool = True  # every timed pass of the student's modules returned the reference's output
     seeds: tuple[int, ...] = ()  # the secret seed of each try (round_inputs rebuilds its inputs)
     rounds: int = ROUNDS  # rounds timed, over all tries
     discarded: int = 0  # of them, rounds in which student code ran while a reference was timed
     details: list = field(default_factory=list)  # why rounds were discarded (CPU used, new processes)
-    neighbours: int = 0  # in a class run, the other submissions' process trees stopped during the measurement
+    neighbours: int = 0  # gradings of the machine stopped during the measurement (autograder/sandbox/batchlock.py)
     load_s: float = 0.0  # seconds per pass, summed over rounds, taken off the student's blocks: run delay
-    mismatched: list = field(default_factory=list, repr=False)  # (input, output) of passes unlike the reference
-    module: object = field(default=None, repr=False)  # the student's timed module (a RemoteModule)
+    mismatched: list = field(default_factory=list, repr=False)  # (input, output, module) of passes unlike the reference
+    module: object = field(default=None, repr=False)  # the student's timed modules (RemoteModules: many, few heads)
 
     @property
     def vouched(self):
@@ -123,6 +135,25 @@ class Measurement:
         return self.student_fused / self.reference_fused if self.vouched else float("nan")
 
     @property
+    def growth(self):
+        """How many times the student's time per pass grows from FEW_HEADS heads to 32, its time with few heads
+        counted at most as the reference fused module's (being slow there flattens nothing)."""
+        return self.student_fused / min(self.student_few, self.reference_fused_few) if self.vouched else float("nan")
+
+    @property
+    def reference_growth(self):
+        return self.reference_fused / self.reference_fused_few
+
+    @property
+    def stacked_growth(self):
+        return self.reference_stacked / self.reference_stacked_few
+
+    @property
+    def relative_growth(self):
+        """The student's growth over the reference fused module's: about 1 for a fused module, tens for a loop."""
+        return self.growth / self.reference_growth
+
+    @property
     def fast_enough(self):
         return self.speedup >= MIN_SPEEDUP
 
@@ -130,25 +161,45 @@ class Measurement:
     def close_to_reference(self):
         return self.slowdown <= MAX_SLOWDOWN
 
+    @property
+    def flat_in_heads(self):
+        return self.relative_growth <= GROWTH_LIMIT
+
     def describe(self):
         s = SIZES
         text = (f"batch {s['batch']}, {s['tokens']} tokens, d_in {s['d_in']}, {s['num_heads']} heads of "
                 f"{s['head_dim']} on {self.device}: your fused {self.student_fused * 1e6:.0f} us, reference stacked "
                 f"{self.reference_stacked * 1e6:.0f} us, reference fused {self.reference_fused * 1e6:.0f} us per "
-                f"forward pass (best of {self.rounds - self.discarded} rounds of {REPS} passes, {STACKED_REPS} of the "
-                f"reference stacked")
+                f"forward pass ({self._rounds()})")
+        return text
+
+    def describe_growth(self):
+        s = SIZES
+        d = s["num_heads"] * s["head_dim"]
+        few = f"{FEW_HEADS} head{'s' if FEW_HEADS > 1 else ''}"
+        return (f"batch {s['batch']}, {s['tokens']} tokens, d_model {d} on {self.device}, with {few} and with "
+                f"{s['num_heads']}: your fused {self.student_few * 1e6:.0f} us and {self.student_fused * 1e6:.0f} us "
+                f"(x{self.growth:.2f}), reference fused {self.reference_fused_few * 1e6:.0f} us and "
+                f"{self.reference_fused * 1e6:.0f} us (x{self.reference_growth:.2f}), reference stacked "
+                f"{self.reference_stacked_few * 1e6:.0f} us and {self.reference_stacked * 1e6:.0f} us "
+                f"(x{self.stacked_growth:.2f}) per forward pass ({self._rounds()})")
+
+    def _rounds(self):
+        text = (f"best of {self.rounds - self.discarded} rounds of {REPS} passes, each sent alone, {STACKED_REPS} "
+                "of the reference stacked")
         if self.discarded:
             text += f"; {self.discarded} more discarded: your code ran while a reference module was timed"
-        return text + ")"
+        return text
 
     def to_dict(self):
         """What the report records of the measurement (the seeds rebuild every input: round_inputs)."""
-        return {"student_fused_s": self.student_fused, "reference_stacked_s": self.reference_stacked,
-                "reference_fused_s": self.reference_fused, "speedup": self.speedup, "slowdown": self.slowdown,
+        return {**{f"{name}_s": getattr(self, name) for name in FIGURES},
+                "speedup": self.speedup, "slowdown": self.slowdown, "growth": self.growth,
+                "reference_growth": self.reference_growth, "relative_growth": self.relative_growth,
                 "device": self.device, "verified": self.verified, "seeds": list(self.seeds), "rounds": self.rounds,
                 "discarded": self.discarded, "discarded_why": self.details[:5], "neighbours_stopped": self.neighbours,
-                "run_delay_taken_off_s": self.load_s,
-                "reps": REPS, "stacked_reps": STACKED_REPS, "sizes": dict(SIZES)}
+                "run_delay_taken_off_s": self.load_s, "reps": REPS, "stacked_reps": STACKED_REPS,
+                "sizes": dict(SIZES), "few_heads": FEW_HEADS}
 
 
 def inputs(device="cpu", reps=REPS, seed=0):
@@ -158,16 +209,19 @@ def inputs(device="cpu", reps=REPS, seed=0):
     return torch.randn(reps, s["batch"], s["tokens"], s["d_in"], generator=gen).to(device)  # (reps, B, T, d_in)
 
 
-def round_seed(secret: int, r: int) -> int:
-    """The seed of round `r` (0: the warm-up) of a try whose secret seed is `secret`: a hash, so that the
-    inputs of one round reveal nothing of another's (a generator's state can be recovered from its output)."""
-    digest = hashlib.sha256(f"mha-timing:{secret}:{r}".encode()).digest()
+def round_seed(secret: int, r: int, heads: int | None = None) -> int:
+    """The seed of round `r` (0: the warm-up) of a try whose secret seed is `secret`, for the modules with
+    `heads` heads (None: SIZES'): a hash, so that the inputs of one round or block reveal nothing of
+    another's (a generator's state can be recovered from its output)."""
+    tag = "" if heads in (None, SIZES["num_heads"]) else f":{heads}"
+    digest = hashlib.sha256(f"mha-timing:{secret}:{r}{tag}".encode()).digest()
     return int.from_bytes(digest[:8], "big") >> 1
 
 
-def round_inputs(secret: int, r: int, device="cpu"):
-    """The inputs of round `r` of the try with seed `secret` (the warm-up, r = 0, has 2 passes), as timed."""
-    return inputs(device, 2 if r == 0 else REPS, seed=round_seed(secret, r))
+def round_inputs(secret: int, r: int, device="cpu", heads: int | None = None):
+    """The inputs of round `r` of the try with seed `secret` (the warm-up, r = 0, has 2 passes) for the modules
+    with `heads` heads (None: SIZES', else FEW_HEADS), as timed."""
+    return inputs(device, 2 if r == 0 else REPS, seed=round_seed(secret, r, heads))
 
 
 def new_secret() -> int:
@@ -175,22 +229,32 @@ def new_secret() -> int:
     return secrets.randbits(52)  # exact in JSON readers that use doubles
 
 
-def reference_modules(device="cpu"):
+def reference_modules(device="cpu", heads=None):
+    """The reference stacked and fused modules at SIZES, with `heads` heads (None: SIZES')."""
     s = SIZES
+    heads = heads or s["num_heads"]
+    d_out = s["num_heads"] * s["head_dim"]
     manual_seed(0)
-    stacked = ref.StackedMultiHeadAttention(s["d_in"], s["head_dim"], s["tokens"], 0.0, s["num_heads"])
-    fused = ref.MultiHeadAttention(s["d_in"], s["num_heads"] * s["head_dim"], s["tokens"], 0.0, s["num_heads"])
+    stacked = ref.StackedMultiHeadAttention(s["d_in"], d_out // heads, s["tokens"], 0.0, heads)
+    fused = ref.MultiHeadAttention(s["d_in"], d_out, s["tokens"], 0.0, heads)
     return stacked.eval().to(device), fused.eval().to(device)
 
 
-def build_fused(student, device="cpu"):
-    """The student's fused module at the timing sizes, on `device`, with the reference fused module's weights."""
+def build_fused(student, device="cpu", heads=None):
+    """The student's fused module at the timing sizes with `heads` heads (None: SIZES'), on `device`, with the
+    reference fused module's weights."""
     s = SIZES
+    heads = heads or s["num_heads"]
     remote = student.new("mha", "MultiHeadAttention", s["d_in"], s["num_heads"] * s["head_dim"], s["tokens"], 0.0,
-                         s["num_heads"], seed=0)
-    _, fused = reference_modules()
+                         heads, seed=0)
+    _, fused = reference_modules(heads=heads)
     remote.load({name: p.detach().clone() for name, p in fused.named_parameters()})
     return remote.to(device=device) if device != "cpu" else remote
+
+
+def build_timed(student, device="cpu"):
+    """The student's two timed fused modules: (SIZES' 32 heads, FEW_HEADS)."""
+    return build_fused(student, device), build_fused(student, device, FEW_HEADS)
 
 
 def time_block(module, xs, clock=time.thread_time):
@@ -216,67 +280,70 @@ def time_block(module, xs, clock=time.thread_time):
 
 
 def time_remote_block(remote, xs, discard=False):
-    """(seconds per forward pass, outputs) of a module in the student process, by this process's clock.
+    """(seconds per forward pass, outputs, seconds per pass this thread waited for a CPU) of a module in the
+    student process, by this process's clocks.
 
-    The request runs the whole block there (synchronising CUDA at its end);
-    the round trip's fixed cost is shared by the passes. `discard`: the
-    outputs stay there (for `bench`, which checks nothing).
+    Each pass is a request of its own, sent once the pass before it has answered (`RemoteModule.time`);
+    the seconds run from sending the first to reading the last answer. `discard`: the outputs stay
+    there (for `bench`, which checks nothing).
     """
-    begin = time.perf_counter()
-    outputs = remote.time(xs, discard=discard)
-    return (time.perf_counter() - begin) / len(xs), outputs
+    outputs, seconds, waited = remote.time(xs, discard=discard)
+    return seconds / len(xs), outputs, waited / len(xs)
 
 
 def time_student_block(remote, xs, root):
     """(seconds per forward pass, outputs, seconds per pass not counted) of the student's block.
 
-    The block is timed by the wall clock around the whole request (`time_remote_block`). When a single
-    thread of the student's whole process tree used CPU during it, and no task was created on the machine
-    meanwhile (a thread or process that worked and ended before it was seen), the time that
-    thread spent runnable but waiting for a CPU (the kernel's run delay, /proc/.../schedstat) is taken
-    off: that is the machine's load, not the module's cost. What is left is the thread's time on a CPU
-    plus any time it chose to wait (sleeping stays counted), and never less than that time on a CPU. A
-    block that used other threads or processes is not corrected, so work spread over them cannot be
-    hidden; nor is one where the kernel gives no schedstat (then the wall clock alone counts, as before).
+    The block is timed by the wall clock around its passes (`time_remote_block`). Taken off, as the
+    machine's load and not the module's cost: the time this thread waited for a CPU while runnable (its
+    run delay: it had an answer to read, or the next input to send); and, when a single thread of the
+    student's whole process tree used CPU during the block, and no task was created on the machine
+    meanwhile (a thread or process that worked and ended before it was seen), the run delay of that
+    thread. What is taken off never leaves less than the CPU time the student's process tree used during
+    the block (the kernel adds a wait to the run delay when the wait ends, so a wait begun before the
+    block can be counted in it), nor takes anything off a block that used more CPU than wall time. A
+    block that used several threads or processes gets no correction of the student side, so work spread
+    over them cannot be hidden; nor does one where the kernel gives no schedstat.
     """
     pids = freeze.tree(root) if root is not None else []
     before, created = freeze.thread_times(pids), freeze.tasks_created()
-    seconds, outputs = time_remote_block(remote, xs)
+    with freeze.one_cpu(pids):
+        seconds, outputs, own = time_remote_block(remote, xs)
     after = freeze.thread_times(pids)
-    if not before or created is None or freeze.tasks_created() != created or set(before) != set(after):
-        return seconds, outputs, 0.0  # a thread or process started (anywhere), or one ended: no correction
-    ran = [key for key, (cpu, _) in after.items() if cpu > before[key][0]]
-    if len(ran) != 1:
-        return seconds, outputs, 0.0
-    key = ran[0]
-    on_cpu = (after[key][0] - before[key][0]) / 1e9 / len(xs)
-    waited = (after[key][1] - before[key][1]) / 1e9 / len(xs)
-    # never below the thread's own time on a CPU: the kernel adds a wait to the run delay when the wait ends,
-    # so a wait that began before the block (the thread still queued after its last answer, on a loaded
-    # machine) can be counted in it; taken off whole, it left a block of 0 s (a division by zero)
-    waited = min(max(waited, 0.0), max(seconds - on_cpu, 0.0))
-    return seconds - waited, outputs, waited
+    used = {key: (after[key][0] - before[key][0], after[key][1] - before[key][1]) for key in after if key in before}
+    cpu = sum(on for on, _ in used.values()) / 1e9 / len(xs)  # the student tree's CPU in the block (live threads)
+    waited = own
+    ran = [key for key, (on, _) in used.items() if on > 0]
+    if before and created is not None and freeze.tasks_created() == created and set(before) == set(after) \
+            and len(ran) == 1:  # one thread did all the work, and no task started or ended meanwhile
+        waited += max(used[ran[0]][1], 0) / 1e9 / len(xs)
+    net = max(seconds - waited, min(seconds, cpu))
+    return net, outputs, seconds - net
 
 
 def serialization_cost(xs):
-    """Seconds to serialise and read back a block's request and answer, measured here.
+    """Seconds the student process's side of a block's protocol takes, as measured here: for every pass,
+    reading its request and writing its answer.
 
     The part of a block's fixed cost that the reference modules are charged.
     It is measured in this process, never in the student's: a cost that the
     student process reported, or that it could stretch by answering some
     requests slowly, would make the references look slow.
     """
+    frames = [wire.encode_request({"op": "time", "handle": 1, "discard": False, "x": x.contiguous().clone()})
+              for x in xs]
     begin = time.thread_time()
-    wire.decode_request(wire.encode_request({"op": "time", "inputs": xs}))  # the request
-    wire.decode(wire.encode({"ok": True, "outputs": xs.clone()}))  # the answer
+    for frame, x in zip(frames, xs):
+        wire.decode_request(frame)  # the request
+        wire.encode({"ok": True, "output": x})  # the answer
     return time.thread_time() - begin
 
 
-def did_the_work(outputs, reference, xs, mismatched=None):
+def did_the_work(outputs, reference, xs, mismatched=None, module=None):
     """Whether the timed block returned, for every input, what the reference module gives for it.
 
-    `mismatched` (a list) collects the (input, output) pairs that differ from the reference, so that a
-    grader can ask whether they are explained by a fault of the student's parts (graders/blame.py)."""
+    `mismatched` (a list) collects the (input, output, module) triples that differ from the reference, so
+    that a grader can ask whether they are explained by a fault of the student's parts (graders/blame.py)."""
     if not isinstance(outputs, list) or len(outputs) != len(xs):
         return False
     ok = True
@@ -287,57 +354,77 @@ def did_the_work(outputs, reference, xs, mismatched=None):
                     and torch.allclose(out, expected, rtol=1e-3, atol=1e-4)):
                 ok = False
                 if mismatched is not None:
-                    mismatched.append((x, out))
+                    mismatched.append((x, out, module))
     return ok
 
 
-def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, enough=None,
+def measure(timed, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, enough=None,
             stop_on_mismatch=True) -> Measurement:
-    """Interleaved rounds of the student's fused module and the two reference modules.
+    """Interleaved rounds of the student's two fused modules (`timed`: 32 heads, FEW_HEADS) and the four
+    reference modules.
 
-    The student's block includes one round trip to its process; each
-    reference block is charged the part of it that this process can measure
-    alone: serialising the same request and answer (the fastest of the
-    rounds). The rest of a round trip (waking the other process) is small,
-    and a student process cannot stretch this charge. Every input comes from
-    `secret` (default: a fresh secret seed), and the student's outputs are
-    checked against the reference fused module (which has the same weights)
-    after the timing: a block that skips its work, or replays answers, is
-    caught. The references are timed with the student's process tree
-    frozen; a round in which it used CPU anyway is discarded. In a class
-    run (autograder/sandbox/batchlock.py) the whole measurement holds the batch's
-    lock, with every other submission's process tree stopped. A try ends
-    after the first round whose outputs differ from the reference (nothing
-    can pass then; unless `stop_on_mismatch` is false: the outputs of a
-    module excused by the student's own faulty parts, `remeasure_excused`),
-    or, given `enough` (a predicate on a Measurement, as `passes`), once the
-    figures of MIN_ROUNDS or more rounds satisfy it.
+    Each student block includes one round trip to its process per pass;
+    each reference block is charged the part of it that this process can
+    measure alone: reading the same requests and writing the same answers
+    (the fastest of the rounds). The rest of a round trip (waking the other
+    process) is small, and a student process cannot stretch this charge.
+    Every input comes from `secret` (default: a fresh secret seed), and the
+    student's outputs are checked against the reference fused modules
+    (which have the same weights) after the timing: a block that skips its
+    work, or replays answers, is caught. The student's two blocks run in an
+    order drawn anew each round. The references are timed with the
+    student's process tree frozen; a round in which it used CPU anyway is
+    discarded. The whole measurement holds the machine's measurement lock,
+    with every other grading of this user on the machine stopped
+    (autograder/sandbox/batchlock.py). A try ends after the first round
+    whose outputs differ from the reference (nothing can pass then; unless
+    `stop_on_mismatch` is false: the outputs of a module excused by the
+    student's own faulty parts, `remeasure_excused`), or, given `enough` (a
+    predicate on a Measurement, as `passes`), once the figures of
+    MIN_ROUNDS or more rounds satisfy it.
     """
+    many, few = timed
     secret = new_secret() if secret is None else secret
-    stacked, fused = reference_modules(device)
-    root = fused_remote.sandbox.process_tree_root()
+    references = {None: reference_modules(device), FEW_HEADS: reference_modules(device, FEW_HEADS)}
+    student = {None: many, FEW_HEADS: few}
+    root = many.sandbox.process_tree_root()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     verified, discarded, details, mismatched, load = True, 0, [], [], 0.0
-    with batchlock.quiet(root) as neighbours:  # in a class run: no other submission's code runs meanwhile
+    best = {name: float("inf") for name in FIGURES}
+    best["trip"] = float("inf")
+    draw = random.SystemRandom()
+    with batchlock.quiet(root) as neighbours:  # no other grading's code runs meanwhile
         try:
-            warm = round_inputs(secret, 0, device)
-            time_remote_block(fused_remote, warm)  # warm up both sides
-            time_block(stacked, warm), time_block(fused, warm)
-            best = [float("inf")] * 4
+            for heads in student:  # warm up both sides
+                warm = round_inputs(secret, 0, device, heads)
+                time_remote_block(student[heads], warm)
+                for module in references[heads]:
+                    time_block(module, warm)
             for r in range(1, rounds + 1):
-                xs = inputs(device, reps, seed=round_seed(secret, r))
-                student, outputs, waited = time_student_block(fused_remote, xs, root)
-                load += waited
+                xs = {heads: inputs(device, reps, seed=round_seed(secret, r, heads)) for heads in student}
+                order = list(student)
+                draw.shuffle(order)
+                times, outputs = {}, {}
+                for heads in order:
+                    times[heads], outputs[heads], waited = time_student_block(student[heads], xs[heads], root)
+                    load += waited
                 with frozen(root) as stop:
-                    ref_stacked, ref_fused = time_block(stacked, xs[:STACKED_REPS]), time_block(fused, xs)  # CPU clock
-                    trip = serialization_cost(xs)
-                verified = did_the_work(outputs, fused, xs, mismatched) and verified
+                    figures = {}
+                    for heads, suffix in ((None, ""), (FEW_HEADS, "_few")):
+                        stacked, fused = references[heads]
+                        figures["reference_stacked" + suffix] = time_block(stacked, xs[heads][:STACKED_REPS])
+                        figures["reference_fused" + suffix] = time_block(fused, xs[heads])  # CPU clock
+                    figures["trip"] = serialization_cost(xs[None])
+                figures["student_fused"], figures["student_few"] = times[None], times[FEW_HEADS]
+                for heads in student:
+                    verified = did_the_work(outputs[heads], references[heads][1], xs[heads], mismatched,
+                                            student[heads]) and verified
                 if stop.clean is False:
                     discarded += 1
                     details.append(stop.why())
                     continue
-                best = [min(b, t) for b, t in zip(best, (student, ref_stacked, ref_fused, trip))]
+                best = {name: min(best[name], figures[name]) for name in best}
                 if r < rounds and ((not verified and stop_on_mismatch) or enough is not None and r >= MIN_ROUNDS
                                    and enough(_figures(best, reps, device, verified, secret, r, discarded, details,
                                                        load))):
@@ -345,8 +432,8 @@ def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, e
                     break
         finally:
             torch.set_num_threads(threads)
-    ran = [f.why().replace("the student's", "another submission's") for f in neighbours if f.clean is False]
-    if ran:  # a neighbour of the batch ran anyway (its processes could not all be stopped): nothing vouched
+    ran = [f.why().replace("the student's", "another grading's") for f in neighbours if f.clean is False]
+    if ran:  # a neighbour ran anyway (its processes could not all be stopped): nothing vouched
         discarded = rounds
         details.append("; ".join(ran) + " during the measurement")
     m = _figures(best, reps, device, verified, secret, rounds, discarded, details, load)
@@ -355,22 +442,23 @@ def measure(fused_remote, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, e
 
 
 def _figures(best, reps, device, verified, secret, rounds, discarded, details, load) -> Measurement:
-    """The Measurement of the best times so far (student, reference stacked, reference fused, serialisation)."""
-    student, ref_stacked, ref_fused, trip = best
-    return Measurement(student, ref_stacked + trip / reps, ref_fused + trip / reps, device=device, verified=verified,
-                       seeds=(secret,), rounds=rounds, discarded=discarded, details=list(details), load_s=load)
+    """The Measurement of the best times so far (the FIGURES, and "trip": the references' charge)."""
+    charge = best["trip"] / reps
+    values = {name: best[name] + (charge if name.startswith("reference") else 0.0) for name in FIGURES}
+    return Measurement(**values, device=device, verified=verified, seeds=(secret,), rounds=rounds,
+                       discarded=discarded, details=list(details), load_s=load)
 
 
 def passes(m: Measurement) -> bool:
-    return m.verified and m.vouched and m.fast_enough and m.close_to_reference
+    return m.verified and times_pass(m)
 
 
 def times_pass(m: Measurement) -> bool:
-    """The figures pass both checks, whatever the outputs (for a module whose outputs were excused)."""
-    return m.vouched and m.fast_enough and m.close_to_reference
+    """The figures pass every check, whatever the outputs (for a module whose outputs were excused)."""
+    return m.vouched and m.fast_enough and m.close_to_reference and m.flat_in_heads
 
 
-def measure_until(fused_remote, passes=passes, device="cpu", retries=RETRIES, stop_on_mismatch=True) -> Measurement:
+def measure_until(timed, passes=passes, device="cpu", retries=RETRIES, stop_on_mismatch=True) -> Measurement:
     """Measure; while `passes` is false, measure more, at most `retries` times in all (none after a try whose
     outputs differed from the reference's, `verified` only ever turning false, unless `stop_on_mismatch` is
     false).
@@ -384,12 +472,10 @@ def measure_until(fused_remote, passes=passes, device="cpu", retries=RETRIES, st
     """
     result = None
     for _ in range(retries):
-        m = measure(fused_remote, device, enough=passes, stop_on_mismatch=stop_on_mismatch)
+        m = measure(timed, device, enough=passes, stop_on_mismatch=stop_on_mismatch)
         if result is not None:
-            m = Measurement(min(m.student_fused, result.student_fused),
-                            min(m.reference_stacked, result.reference_stacked),
-                            min(m.reference_fused, result.reference_fused), device=device,
-                            verified=m.verified and result.verified, seeds=result.seeds + m.seeds,
+            m = Measurement(**{name: min(getattr(m, name), getattr(result, name)) for name in FIGURES},
+                            device=device, verified=m.verified and result.verified, seeds=result.seeds + m.seeds,
                             rounds=result.rounds + m.rounds, discarded=result.discarded + m.discarded,
                             details=result.details + m.details, mismatched=result.mismatched + m.mismatched,
                             neighbours=max(result.neighbours, m.neighbours), load_s=result.load_s + m.load_s)
@@ -403,23 +489,23 @@ _measured = {}
 
 
 def grade_speedup(student, device="cpu") -> Measurement:
-    """The measurement both speedup checks of one grading share (taken once per student process)."""
+    """The measurement the structure and speedup checks of one grading share (once per student process)."""
     key = (id(student), device)
     if key not in _measured:
-        remote = build_fused(student, device)
-        _measured[key] = measure_until(remote, device=device)
-        _measured[key].module = remote
+        timed = build_timed(student, device)
+        _measured[key] = measure_until(timed, device=device)
+        _measured[key].module = timed
     return _measured[key]
 
 
 def remeasure_excused(student, device="cpu") -> Measurement:
-    """The measurement of a module whose outputs differ from the reference's only by the student's own faulty
+    """The measurement of modules whose outputs differ from the reference's only by the student's own faulty
     parts (graders/blame.py excused them), taken as a correct module's is: its rounds and retries, not the one
     round after which grade_speedup stopped (a single round, on a busy machine, failed a fast module). Every
     mismatched pass is kept in `mismatched`, for the grader to excuse again. Once per student process."""
     key = (id(student), device, "excused")
     if key not in _measured:
-        remote = grade_speedup(student, device).module
-        _measured[key] = measure_until(remote, passes=times_pass, device=device, stop_on_mismatch=False)
-        _measured[key].module = remote
+        timed = grade_speedup(student, device).module
+        _measured[key] = measure_until(timed, passes=times_pass, device=device, stop_on_mismatch=False)
+        _measured[key].module = timed
     return _measured[key]

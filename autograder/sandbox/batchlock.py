@@ -1,12 +1,20 @@
-"""In a class run, a speed measurement sees a machine where no other grading runs.
+"""A speed measurement sees a machine where no other grading runs.
 
-`grade-all` grades several submissions at once. A submission that leaves
-busy loops running (forked into sessions of their own, alive between the
-grader's calls) slows every other grading's timed blocks, and one that is
-near a speed threshold then loses points it earns alone; so do the other
-gradings' trusted processes, busy computing reference outputs. So, within
-one batch (`MHA_BATCH_DIR`, a folder `grade-all` makes and passes to its
-grading processes):
+`grade-all` grades several submissions at once, and so may anything else on
+the machine: two `grader_cli.py grade` runs, the kit's test suite on several
+workers. A submission that leaves busy loops running (forked into sessions
+of their own, alive between the grader's calls) slows every other grading's
+timed blocks, and one that is near a speed threshold then loses points it
+earns alone; so do the other gradings' trusted processes, busy computing
+reference outputs. So every grading of this user on the machine belongs to
+one batch: a folder, `MHA_BATCH_DIR` where it is set (a `grade-all` run may
+give its own), else the user's machine-wide one (`machine_folder`:
+$XDG_RUNTIME_DIR/mha-kit-measure, or mha-kit-measure-<uid> in the temporary
+folder, mode 0700 and this uid's, or no batch at all). Before, only one
+`grade-all` run's gradings shared a folder, and the suite's two xdist
+workers did not: one worker's gradings ran beside the other's measurement
+(the honest reference once measured 2.77x there, against 3x asked). Other
+users' processes cannot be stopped by this one, and are not. Within a batch:
 
 - every sandbox registers the root of its student process tree (`trees/`),
   and every grading process registers itself (`processes/`);
@@ -20,14 +28,16 @@ grading processes):
   the middle of a call never times out for it.
 
 A hanging call of one submission therefore never delays another's
-measurement. Outside a batch (no `MHA_BATCH_DIR`) every function here does
-nothing. Stdlib only (fcntl: Linux and macOS; time.monotonic is one clock for
+measurement. Outside a batch (no folder could be had) every function here
+does nothing. Stdlib only (fcntl: Linux and macOS; time.monotonic is one clock for
 every process of the machine).
 """
 from __future__ import annotations
 
 import fcntl
 import os
+import stat
+import tempfile
 import threading
 import time
 from contextlib import ExitStack, contextmanager
@@ -42,8 +52,38 @@ KINDS = ("trees", "processes")  # a student process tree (stopped whole), a grad
 
 
 def folder() -> Path | None:
+    """The batch's folder: MHA_BATCH_DIR where it is set, else the user's machine-wide one (or None)."""
     value = os.environ.get(ENV)
-    return Path(value) if value else None
+    return Path(value) if value else machine_folder()
+
+
+_machine = []
+
+
+def machine_folder() -> Path | None:
+    """This user's machine-wide batch folder, made mode 0700 if need be; None where it cannot be had safely (a
+    folder of that name that is not a real folder of this uid's, mode 0700: made by someone else)."""
+    if _machine:
+        return _machine[0]
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        path = Path(runtime) / "mha-kit-measure"
+    else:
+        path = Path(tempfile.gettempdir()) / f"mha-kit-measure-{os.getuid()}"
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) != 0o700:
+        return None
+    _machine.append(path)
+    return path
 
 
 def register(pid: int | None, kind: str = "trees") -> None:
@@ -87,6 +127,11 @@ def others(own: int | None, kind: str = "trees") -> list[int]:
             continue
         if started and started == freeze.start_time(int(name)):  # the same process, not a later one with its number
             found.append(int(name))
+        elif started:  # gone without unregistering (killed): the machine-wide folder must not fill up
+            try:
+                (base / kind / name).unlink()
+            except OSError:
+                pass
     return found
 
 
@@ -193,8 +238,32 @@ def _pause(base: Path):
         yield
     finally:
         try:
+            _prune(base / "pauses")
             with open(base / "pauses", "a") as fh:
                 fh.write(f"{begin!r} {time.monotonic()!r}\n")
             (base / "pausing").unlink()
         except OSError:
             pass
+
+
+def _prune(path: Path, keep: float = 3600.0) -> None:
+    """A machine-wide folder lives on: past 64 KiB, keep only the pauses of the last `keep` seconds (no call's
+    deadline runs longer). Called with the turnstile held, so no measurement writes meanwhile."""
+    try:
+        if path.stat().st_size < 1 << 16:
+            return
+        now = time.monotonic()
+        lines = [line for line in path.read_text().splitlines()
+                 if len(line.split()) == 2 and _float(line.split()[1]) > now - keep]
+        fresh = path.with_name(path.name + ".new")
+        fresh.write_text("".join(f"{line}\n" for line in lines))
+        os.replace(fresh, path)
+    except OSError:
+        pass
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0

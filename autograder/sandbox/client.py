@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from autograder import MODULES
-from autograder.sandbox import batchlock, wire
+from autograder.sandbox import batchlock, freeze, wire
 from autograder.sandbox.diskguard import DiskGuard
 from autograder.sandbox.errors import GraderUnavailable, StudentError
 from autograder.sandbox.forkserver import Worker
@@ -239,23 +239,19 @@ class Sandbox:
         return text
 
     # -- framing ------------------------------------------------------------
-    def _write(self, obj):
+    @staticmethod
+    def _frame(obj):
         data = wire.encode_request(obj)  # views, shared storages, dtypes and devices as sent (wire.py)
-        self._proc.stdin.write(struct.pack(">Q", len(data)) + data)
-        self._proc.stdin.flush()
+        return struct.pack(">Q", len(data)) + data
 
-    def _read(self, deadline, limit=MAX_ANSWER):
-        """One answer (autograder/sandbox/wire.py); wire.Malformed for a frame over `limit` bytes or out of format."""
+    def _read_raw(self, deadline, limit=MAX_ANSWER):
+        """One answer's frame, unread (autograder/sandbox/wire.py); wire.Malformed for a frame over `limit` bytes."""
         fd = self._proc.stdout.fileno()
         (size,) = struct.unpack(">Q", _read_exactly(fd, 8, deadline))
         if size > limit:
             raise wire.Malformed(f"an answer of {size / (1 << 20):.1f} MiB (no answer to this request needs more "
                                  f"than {limit / (1 << 20):g} MiB)")
-        answer = wire.decode(_read_exactly(fd, size, deadline))
-        # decoding is part of the call: an answer that took past the deadline to read back is a timeout too
-        if (deadline.left() if isinstance(deadline, batchlock.Deadline) else deadline - time.monotonic()) <= 0:
-            raise TimeoutError
-        return answer
+        return _read_exactly(fd, size, deadline)
 
     def _ensure_ready(self):
         """Start the student process if needed and wait for its handshake; GraderUnavailable if it fails.
@@ -318,6 +314,18 @@ class Sandbox:
         `context` names the call in messages, e.g. "split_heads(float32 tensor (2, 3, 8), 2)";
         `answer_limit`: the most bytes an answer to it may take.
         """
+        return self.exchange(owner, [{"op": op, **fields}], timeout, context, answer_limit)[0][0]
+
+    def exchange(self, owner, requests, timeout=None, context="your code", answer_limit=MAX_ANSWER):
+        """Send `requests`, each only once the answer to the one before it has been read back whole; return
+        (the answer dicts, seconds from sending the first to reading the last answer by this process's clock,
+        seconds of them this thread waited for a CPU while runnable: its run delay, the machine's load).
+
+        So the student process holds a request's data only from the moment it is sent on: a timed block's
+        passes arrive one at a time (autograder/grade/timing.py). Every request is encoded before the first
+        is sent and every answer decoded after the last is read, so the seconds hold the student process's
+        work and the pipes' alone. `timeout` and `answer_limit` hold for all of them together and for each.
+        """
         module = owner
         if module not in self.available:
             why = self.intake.get("missing", {}).get(module) or self.refused.get(f"{module}.py")
@@ -329,10 +337,22 @@ class Sandbox:
         timeout = self.call_timeout if timeout is None else timeout
         batchlock.student_call()  # in a class run, none starts while another grading measures speed
         self._ensure_ready()
+        frames = [self._frame(r) for r in requests]
         try:
-            self._write({"op": op, **fields})
             # a measurement of a neighbour may stop this call's process: that time is not counted
-            answer = self._read(batchlock.Deadline(timeout), answer_limit)
+            deadline = batchlock.Deadline(timeout)
+            stdin, raw = self._proc.stdin, []
+            waited, begin = freeze.own_run_delay(), time.perf_counter()  # read next to each other: a wait counts
+            for frame in frames:  # in the run delay when it ends, so one outside the span must not fall between
+                stdin.write(frame)
+                stdin.flush()
+                raw.append(self._read_raw(deadline, answer_limit))
+            seconds = time.perf_counter() - begin
+            waited = (freeze.own_run_delay() - waited) / 1e9
+            answers = [wire.decode(r) for r in raw]
+            # decoding is part of the call: answers that took past the deadline to read back are a timeout too
+            if deadline.left() <= 0:
+                raise TimeoutError
         except TimeoutError:
             self._strike(module, f"no answer within {timeout:g} s")
             raise StudentError(f"{context} did not finish within {timeout:g} s "
@@ -360,6 +380,12 @@ class Sandbox:
             detail = str(exc) if isinstance(exc, wire.Malformed) else type(exc).__name__
             raise StudentError(f"{context} returned something that is not a plain tensor ({detail})",
                                "bad-return") from None
+        for answer in answers:
+            self._check_answer(answer, module, context)
+        return answers, seconds, waited
+
+    def _check_answer(self, answer, module, context):
+        """Raise StudentError for an answer out of protocol or one that reports an exception."""
         if not isinstance(answer, dict):
             self._strike(module, "unreadable answer")
             raise StudentError(f"{context} answered out of protocol (a request handler replaced by student "
@@ -372,7 +398,6 @@ class Sandbox:
                                    "import", err["type"], err["mro"], err.get("traceback", ""))
             raise StudentError(f"{context} raised {err['type']}{detail}", "raised", err["type"],
                                err["mro"], err.get("traceback", ""), err["message"])
-        return answer
 
     def _killed(self, sig):
         """How a student process that died of signal `sig` reads in a message."""
@@ -425,12 +450,6 @@ def _error_fields(err):
     return {"type": text(err.get("type")) or "an unnamed error", "message": text(err.get("message")),
             "mro": [m for m in mro if isinstance(m, str)] if isinstance(mro, list) else [],
             "traceback": text(err.get("traceback")), "during_import": text(err.get("during_import")) or None}
-
-
-def torch_tensor():
-    import torch  # imported late: the child starts before the grader imports torch
-
-    return torch.Tensor
 
 
 def describe_tensor(t):
@@ -496,19 +515,28 @@ class RemoteModule:
         return self._request("count_ops", signature(f"{self.name}.forward", args, {}), args=list(args))["counts"]
 
     def time(self, inputs, discard=False, timeout=None):
-        """Run one forward pass per input (`inputs` stacked on dim 0) in one request; return the outputs.
+        """Run one forward pass per input (`inputs` stacked on dim 0); return (outputs, seconds, seconds waited).
 
-        For the caller to time (autograder.grade.timing). `discard`: send no outputs back.
+        For the caller to time (autograder.grade.timing): each pass is a request of its own, sent only once
+        the pass before it has answered, with a copy of its input in a storage of its own, so a pass sees
+        its own input alone, and only when it runs. `seconds`: from sending the first pass to reading the
+        last answer; `seconds waited`: of them, this thread's run delay (`Sandbox.exchange`). `discard`:
+        send no outputs back.
         """
         context = signature(f"{self.name}.forward", [inputs[0]], {}) + f" x {len(inputs)}"
-        # The outputs of one block are len(inputs) tensors of the size of an input, give or take a dtype and
-        # a last dimension: an answer far larger than that is refused before it is read.
-        limit = (1 << 20) + 16 * inputs.numel() * inputs.element_size()
-        outputs = self._request("time", context, timeout, answer_limit=limit, inputs=inputs,
-                                discard=discard).get("outputs")
-        if type(outputs) is torch_tensor():
-            outputs = list(outputs.unbind(0))
-        if not isinstance(outputs, list) or len(outputs) != (0 if discard else len(inputs)):
+        # An output is the size of an input, give or take a dtype and a last dimension: an answer far larger
+        # than that is refused before it is read.
+        limit = (1 << 20) + 16 * inputs[0].numel() * inputs.element_size()
+        requests = [{"op": "time", "handle": self.handle, "discard": discard,
+                     "x": x.contiguous().clone()} for x in inputs]
+        if self.generation != self.sandbox._generation:
+            raise StudentError(f"{self.name} was lost when an earlier check crashed the process", "gave-up")
+        answers, seconds, waited = self.sandbox.exchange(self.module, requests, timeout, context, limit)
+        outputs = [a.get("output") for a in answers]
+        if discard:
+            return [], seconds, waited
+        if any(o is None for o in outputs):
+            self.sandbox._strike(self.module, "answered out of protocol")  # its answers and passes may be out of step
             raise StudentError(f"{context} answered without its outputs (a request handler replaced by "
                                "student code?)", "bad-return")
-        return outputs
+        return outputs, seconds, waited

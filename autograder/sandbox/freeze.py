@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from contextlib import contextmanager
 
@@ -223,3 +224,42 @@ def frozen(root: int | None, descendants: bool = True):
         yield freeze
     finally:
         freeze.resume()
+
+
+def own_run_delay() -> int:
+    """Nanoseconds the calling thread has waited for a CPU while runnable (its run delay), or 0 where the kernel
+    gives no schedstat."""
+    times = _schedstat(os.getpid(), threading.get_native_id())
+    return times[1] if times is not None else 0
+
+
+@contextmanager
+def one_cpu(pids):
+    """Every thread of `pids` and the calling thread on one CPU (the one this thread runs on), as long as the
+    block lasts; each thread's own set of CPUs back after it.
+
+    A timed block is a relay between the grader and the student process, one pass at a time: on one CPU a
+    hand-over is a switch of tasks, on two it wakes the other CPU (tens of microseconds, on every pass).
+    Where a thread may not be moved (another user's, or gone) it stays where it was: this is a matter of
+    speed only, for both sides, and decides nothing."""
+    try:
+        cpu = int(_stat_fields("/proc/thread-self/stat")[36])
+    except (TypeError, ValueError, IndexError):
+        yield
+        return
+    saved = []
+    for pid in [0, *pids]:
+        for tid in ([0] if pid == 0 else _threads(pid)):
+            try:
+                saved.append((tid, os.sched_getaffinity(tid)))
+                os.sched_setaffinity(tid, {cpu})
+            except OSError:
+                pass
+    try:
+        yield
+    finally:
+        for tid, cpus in saved:
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError:
+                pass

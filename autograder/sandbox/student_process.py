@@ -823,29 +823,25 @@ def _op_count_ops(req):
 
 
 def _op_time(req):
-    """Run one forward pass per input, for the grader to time with its own clock; return the outputs.
+    """One timed forward pass, for the grader to time with its own clock (autograder/grade/timing.py).
 
-    The grader checks the outputs, so a block that skips its work is caught.
+    The grader sends each pass of a block as a request of its own, and only once the answer to the pass
+    before it has been read back whole: a pass's input is in this process only from its own request on,
+    in a storage of its own (decode_request clones every storage), so no pass can read a later one's
+    input, or work on several at once. The grader checks every output, so a pass that skips its work is
+    caught.
     """
     if _warming.is_alive():
         _warming.join()  # nothing else runs in this process while it is timed
     model = _objects[req["handle"]]
-    inputs = list(req["inputs"].unbind(0))
-    model.eval()
-    cuda = req["inputs"].is_cuda
-    outputs = []
+    x = req["x"]
+    if model.training:
+        model.eval()
     with torch.no_grad():
-        if cuda:
+        output = model(x)
+        if x.is_cuda:
             torch.cuda.synchronize()
-        outputs = [model(x) for x in inputs]
-        if cuda:
-            torch.cuda.synchronize()
-    if req.get("discard"):
-        return {"outputs": []}
-    plain = [_encode(o) for o in outputs]
-    if plain and all(type(o) is _Tensor and o.shape == plain[0].shape for o in plain):
-        return {"outputs": torch.stack(plain)}  # one tensor: far cheaper to send than a list of them
-    return {"outputs": plain}
+    return {} if req.get("discard") else {"output": _encode(output)}
 
 
 _OPS = {

@@ -87,6 +87,7 @@ ATTACK_KINDS: tuple[str, ...] = (
     "patched-timers",  # patching time.perf_counter & co. and sleeping in the fused forward
     "timing-replay",  # answering timed passes from a cache or a table of the timing inputs
     "timing-burners",  # busy processes that run while the grader times the reference modules
+    "hidden-loop",  # a loop over heads hidden from the structure and speed checks (counter off, passes batched, read ahead)
     "kit-files",  # reading the kit's files (reference, hidden graders)
     "network",
     "gc-search",  # looking for the expected tensors in gc.get_objects()
