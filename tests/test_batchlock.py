@@ -122,6 +122,28 @@ def test_a_student_call_of_the_batch_waits_until_the_measurement_ends(batch):
     assert done["at"] > released["at"], "expected the call to start only once the measurement released the lock"
 
 
+def test_without_a_class_run_a_measurement_stops_another_gradings_tree_of_the_user(monkeypatch):
+    """No MHA_BATCH_DIR (two `grade` runs, the suite's workers): the user's machine-wide folder is the batch, and
+    a measurement stops a tree registered there by another grading, busy loop in its own session included."""
+    monkeypatch.delenv(batchlock.ENV, raising=False)
+    proc = subprocess.Popen([sys.executable, "-c", NEIGHBOUR], start_new_session=True)
+    try:
+        batchlock.register(proc.pid)
+        while len(freeze.tree(proc.pid)) < 2:
+            time.sleep(0.01)
+        with batchlock.quiet(None) as freezes:
+            assert proc.pid in [f.root for f in freezes], "expected the other grading's tree stopped"
+            before = busy_loop_cpu_ns(proc)
+            time.sleep(0.3)
+            during = busy_loop_cpu_ns(proc) - before
+        assert during == 0, f"expected its busy loop stopped, it used {during / 1e6:.1f} ms of CPU"
+    finally:
+        batchlock.unregister(proc.pid)
+        for pid in freeze.tree(proc.pid)[::-1]:
+            subprocess.run(["kill", "-KILL", str(pid)], check=False)
+        proc.wait()
+
+
 def test_a_measurement_in_a_batch_times_its_own_student_and_vouches_for_it(neighbour):
     with Sandbox(SOLUTIONS) as sandbox:
         m = timing.measure(timing.build_timed(sandbox))

@@ -302,18 +302,10 @@ def test_tensors_that_claim_the_same_bytes_twice_are_refused():
 
 
 def test_decoding_an_answer_counts_against_the_calls_deadline(monkeypatch):
-    """Sandbox._read: an answer that arrives in time but takes past the deadline to decode is a timeout."""
-    read, write = os.pipe()
+    """An answer that arrives in time but takes past the deadline to decode is a timeout (Sandbox.exchange)."""
     body = wire.encode({"ok": True})
-    os.write(write, struct.pack(">Q", len(body)) + body)
-    fake = SimpleNamespace(_proc=SimpleNamespace(stdout=SimpleNamespace(fileno=lambda: read)))
     decode = wire.decode
     monkeypatch.setattr(wire, "decode", lambda data: (time.sleep(0.3), decode(data))[1])  # a slow decoding
-    try:
-        assert client.Sandbox._read(fake, time.monotonic() + 30) == {"ok": True}  # in time: the answer
-        os.write(write, struct.pack(">Q", len(body)) + body)
-        with pytest.raises(TimeoutError):
-            client.Sandbox._read(fake, time.monotonic() + 0.2)
-    finally:
-        os.close(read)
-        os.close(write)
+    assert client._decoded([body], time.monotonic() + 30) == [{"ok": True}]  # in time: the answer
+    with pytest.raises(TimeoutError):
+        client._decoded([body], time.monotonic() + 0.2)

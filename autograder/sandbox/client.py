@@ -349,10 +349,7 @@ class Sandbox:
                 raw.append(self._read_raw(deadline, answer_limit))
             seconds = time.perf_counter() - begin
             waited = (freeze.own_run_delay() - waited) / 1e9
-            answers = [wire.decode(r) for r in raw]
-            # decoding is part of the call: answers that took past the deadline to read back are a timeout too
-            if deadline.left() <= 0:
-                raise TimeoutError
+            answers = _decoded(raw, deadline)
         except TimeoutError:
             self._strike(module, f"no answer within {timeout:g} s")
             raise StudentError(f"{context} did not finish within {timeout:g} s "
@@ -440,6 +437,16 @@ class Sandbox:
         remote = RemoteModule(self, module, name, handle, self._generation)
         remote.args, remote.kwargs = tuple(args), dict(kwargs)  # how it was built (autograder/graders/blame.py)
         return remote
+
+
+def _decoded(frames, deadline):
+    """The answers in `frames` (wire.decode); TimeoutError when decoding them ends past `deadline` (a
+    batchlock.Deadline, or a time.monotonic() figure): decoding is part of the call, and an answer that
+    arrived in time but took past the deadline to read back is a timeout too."""
+    answers = [wire.decode(frame) for frame in frames]
+    if (deadline.left() if isinstance(deadline, batchlock.Deadline) else deadline - time.monotonic()) <= 0:
+        raise TimeoutError
+    return answers
 
 
 def _error_fields(err):
