@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import struct
 import subprocess
 import sys
 import time
 import tracemalloc
 import zipfile
-from types import SimpleNamespace
 
 import pytest
 import torch
