@@ -266,3 +266,14 @@ def test_a_grading_is_not_charged_the_time_a_measurement_kept_the_batch_stopped(
         finally:
             hang.kill()
             hang.wait()
+
+
+def test_a_pause_left_by_a_killed_measurement_extends_no_deadline(batch):
+    """The machine-wide folder lives on: a measurement killed mid-way (SIGKILL) leaves its `pausing` behind, and
+    a deadline that counted it would never end. A pause counts only while its measuring process lives."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (batch / "pausing").write_text(f"{time.monotonic() - 5!r} {dead.pid} 12345")
+    assert batchlock.paused_since(time.monotonic() - 10) == 0.0
+    (batch / "pausing").write_text(f"{time.monotonic() - 5!r} {os.getpid()} {freeze.start_time(os.getpid())}")
+    assert batchlock.paused_since(time.monotonic() - 10) >= 5.0

@@ -142,7 +142,9 @@ def paused_since(start: float) -> float:
         return 0.0
     now, spans = time.monotonic(), []
     try:  # the pause under way first, then the finished ones: one that ends meanwhile is counted twice, never 0
-        spans.append((float((base / "pausing").read_text()), now))
+        begin, pid, started = (base / "pausing").read_text().split(" ", 2)
+        if started == freeze.start_time(int(pid)):  # its measuring process lives: one killed stops nothing
+            spans.append((float(begin), now))
     except (OSError, ValueError):
         pass
     try:
@@ -231,7 +233,7 @@ def _pause(base: Path):
     """Record the span of a measurement (`pausing` while it lasts, then a line of `pauses`)."""
     begin = time.monotonic()
     try:
-        (base / "pausing").write_text(repr(begin))
+        (base / "pausing").write_text(f"{begin!r} {os.getpid()} {freeze.start_time(os.getpid())}")
     except OSError:
         pass
     try:
