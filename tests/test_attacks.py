@@ -103,7 +103,7 @@ from autograder.grade.engine import SubmissionError, WarmServers, grade
 from autograder.report.formats import render
 from autograder.sandbox import client, isolation, limits as limits_module
 from autograder.sandbox.errors import GraderUnavailable
-from tests.conftest import ATTACK_FIGURES, ROOT, SOLUTIONS, TEMPLATE
+from tests.conftest import ATTACK_FIGURES, ROOT, SOLUTIONS, TEMPLATE, unpaused_since
 from tests.corpus import ATTACK_KINDS, MODULES, NEEDS, CorpusError, PatchError, load_attacks, materialize
 
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes
@@ -323,7 +323,7 @@ class Level:
             options["servers"] = self.servers()
         start = time.monotonic()
         report = grade(folder, **options)
-        return report, time.monotonic() - start
+        return report, unpaused_since(start)
 
 
 # -- fixtures ----------------------------------------------------------------------------
@@ -657,7 +657,7 @@ def test_attack_earns_nothing_undeserved_and_leaks_nothing(level, case, route, a
             report, message = at.grade(folder, route, case)[0], None
         except SubmissionError as exc:
             report, message = None, str(exc)
-        seconds = time.monotonic() - start
+        seconds = unpaused_since(start)
         print(f"{case.id} at {level}, {route}: in {seconds:.1f} s, refused: {message!r}")
         ATTACK_FIGURES.append((case.id, level, route, seconds, None, "refused"))
         problems = refusal_problems(case, report, message, seconds)
@@ -776,7 +776,7 @@ def test_a_class_run_goes_on_and_no_neighbour_moves(level, case, at, tmp_path, s
     start = time.monotonic()
     rows = batch_module.grade_all(klass, out, jobs=2, warm=False, timeout=600, call_timeout=CALL_TIMEOUT,
                                   isolation=at.name, python=at.python, servers=at.servers())
-    seconds = time.monotonic() - start
+    seconds = unpaused_since(start)
     alive = surviving_student_processes([a, b], at.zygotes())
     _kill(alive)
     problems = []
