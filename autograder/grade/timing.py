@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 import torch
 
 from autograder.sandbox import batchlock, freeze, wire
+from autograder.sandbox.client import timed_pass
 from autograder.sandbox.freeze import frozen
 from autograder.sandbox.seeding import manual_seed
 
@@ -171,11 +172,10 @@ class Measurement:
 
     def describe(self):
         s = SIZES
-        text = (f"batch {s['batch']}, {s['tokens']} tokens, d_in {s['d_in']}, {s['num_heads']} heads of "
+        return (f"batch {s['batch']}, {s['tokens']} tokens, d_in {s['d_in']}, {s['num_heads']} heads of "
                 f"{s['head_dim']} on {self.device}: your fused {self.student_fused * 1e6:.0f} us, reference stacked "
                 f"{self.reference_stacked * 1e6:.0f} us, reference fused {self.reference_fused * 1e6:.0f} us per "
                 f"forward pass ({self._rounds()})")
-        return text
 
     def describe_growth(self):
         s = SIZES
@@ -334,8 +334,7 @@ def serialization_cost(xs):
     student process reported, or that it could stretch by answering some
     requests slowly, would make the references look slow.
     """
-    frames = [wire.encode_request({"op": "time", "handle": 1, "discard": False, "x": x.contiguous().clone()})
-              for x in xs]
+    frames = [wire.encode_request(timed_pass(1, x)) for x in xs]
     begin = time.thread_time()
     for frame, x in zip(frames, xs):
         wire.decode_request(frame)  # the request

@@ -147,17 +147,24 @@ def paused_since(start: float) -> float:
             spans.append((float(begin), now))
     except (OSError, ValueError):
         pass
+    spans.extend(_pauses(base / "pauses"))
+    return sum(max(0.0, min(end, now) - max(begin, start)) for begin, end in spans)
+
+
+def _pauses(path: Path) -> list[tuple[float, float]]:
+    """The (begin, end) of each finished pause recorded in `path` (lines out of format left out)."""
     try:
-        lines = (base / "pauses").read_text().splitlines()
+        lines = path.read_text().splitlines()
     except OSError:
-        lines = []
+        return []
+    spans = []
     for line in lines:
         try:
             begin, end = map(float, line.split())
         except ValueError:
             continue
         spans.append((begin, end))
-    return sum(max(0.0, min(end, now) - max(begin, start)) for begin, end in spans)
+    return spans
 
 
 class Deadline:
@@ -255,17 +262,8 @@ def _prune(path: Path, keep: float = 3600.0) -> None:
         if path.stat().st_size < 1 << 16:
             return
         now = time.monotonic()
-        lines = [line for line in path.read_text().splitlines()
-                 if len(line.split()) == 2 and _float(line.split()[1]) > now - keep]
         fresh = path.with_name(path.name + ".new")
-        fresh.write_text("".join(f"{line}\n" for line in lines))
+        fresh.write_text("".join(f"{begin!r} {end!r}\n" for begin, end in _pauses(path) if end > now - keep))
         os.replace(fresh, path)
     except OSError:
         pass
-
-
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return 0.0

@@ -449,6 +449,12 @@ def _decoded(frames, deadline):
     return answers
 
 
+def timed_pass(handle, x, discard=False):
+    """The request of one timed forward pass of the module `handle` on `x`: a copy of `x` in a storage of its
+    own, so that the student process sees no other pass's input through it (RemoteModule.time)."""
+    return {"op": "time", "handle": handle, "discard": discard, "x": x.contiguous().clone()}
+
+
 def _error_fields(err):
     """The error of a failed answer, as the fields that messages use, whatever the student process sent."""
     err = err if isinstance(err, dict) else {}
@@ -491,9 +497,12 @@ class RemoteModule:
         self.handle = handle
         self.generation = generation
 
-    def _request(self, op, context, timeout=None, **fields):
+    def _alive(self):
         if self.generation != self.sandbox._generation:
             raise StudentError(f"{self.name} was lost when an earlier check crashed the process", "gave-up")
+
+    def _request(self, op, context, timeout=None, **fields):
+        self._alive()
         return self.sandbox.request(self.module, op, timeout, context, handle=self.handle, **fields)
 
     def __call__(self, *args, train=False, seed=None, capture_args=False, timeout=None):
@@ -534,10 +543,8 @@ class RemoteModule:
         # An output is the size of an input, give or take a dtype and a last dimension: an answer far larger
         # than that is refused before it is read.
         limit = (1 << 20) + 16 * inputs[0].numel() * inputs.element_size()
-        requests = [{"op": "time", "handle": self.handle, "discard": discard,
-                     "x": x.contiguous().clone()} for x in inputs]
-        if self.generation != self.sandbox._generation:
-            raise StudentError(f"{self.name} was lost when an earlier check crashed the process", "gave-up")
+        self._alive()
+        requests = [timed_pass(self.handle, x, discard) for x in inputs]
         answers, seconds, waited = self.sandbox.exchange(self.module, requests, timeout, context, limit)
         outputs = [a.get("output") for a in answers]
         if discard:

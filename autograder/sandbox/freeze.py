@@ -248,13 +248,12 @@ def one_cpu(pids):
         yield
         return
     saved = []
-    for pid in [0, *pids]:
-        for tid in ([0] if pid == 0 else _threads(pid)):
-            try:
-                saved.append((tid, os.sched_getaffinity(tid)))
-                os.sched_setaffinity(tid, {cpu})
-            except OSError:
-                pass
+    for tid in [0, *(tid for pid in pids for tid in _threads(pid))]:  # 0: the calling thread
+        try:
+            saved.append((tid, os.sched_getaffinity(tid)))
+            os.sched_setaffinity(tid, {cpu})
+        except OSError:
+            pass
     try:
         yield
     finally:
