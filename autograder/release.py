@@ -350,8 +350,8 @@ notebooks, also Jupyter and matplotlib: `pip install jupyterlab matplotlib`.
   print a line starting with `OK:` when your code agrees with the tutorials.
 - **In the `.py` files:** fill in every body marked `# YOUR CODE HERE`,
   delete the `raise NotImplementedError()` under it, and run the public
-  self-check in this folder (the worked examples, the shapes and the causal
-  mask); it exits 1 while a check fails:
+  self-check in this folder (what the notebooks' self-check cells check,
+  with the same hints); it exits 1 while a check fails:
 
       python selfcheck.py
 

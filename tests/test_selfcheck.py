@@ -19,7 +19,7 @@ def check(path):
 def test_reference_passes_every_public_check():
     proc = check(SOLUTIONS)
     assert proc.returncode == 0, proc.stdout
-    assert "8 of 8 public checks passed" in proc.stdout
+    assert "12 of 12 public checks passed" in proc.stdout
 
 
 def test_missing_scaling_fails_with_exit_1(tmp_path):
@@ -27,13 +27,13 @@ def test_missing_scaling_fails_with_exit_1(tmp_path):
     proc = check(materialize(case, tmp_path / case.id, SOLUTIONS))
     assert proc.returncode == 1
     assert "FAIL  attention  tutorial 001" in proc.stdout
-    assert "7 of 8 public checks passed" in proc.stdout
+    assert "10 of 12 public checks passed" in proc.stdout
 
 
 def test_template_selfcheck_runs_in_the_students_folder():
     proc = subprocess.run([sys.executable, "selfcheck.py"], cwd=TEMPLATE, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1
-    assert "not implemented yet" in proc.stdout and "0 of 8 public checks passed" in proc.stdout
+    assert "not implemented yet" in proc.stdout and "0 of 12 public checks passed" in proc.stdout
 
 
 def test_selfcheck_holds_no_hidden_grader_and_no_solution():
@@ -88,3 +88,78 @@ def test_selfcheck_states_the_graders_points():
     points = grader_points()
     assert ("Hidden graders: " + ", ".join(f"{m} {p.points:g}" for m, p in points.items())
             + f" points, {sum(p.points for p in points.values()):g} in all.") in proc.stdout, proc.stdout
+
+
+def _selfcheck(folder):
+    return subprocess.run([sys.executable, "selfcheck.py"], cwd=folder, capture_output=True, text=True, timeout=300)
+
+
+def _failures(stdout):
+    """module -> the lines of its failed checks (title and details), from the self-check's output."""
+    failed, current = {}, None
+    for line in stdout.splitlines():
+        if line.startswith("  FAIL  "):
+            current = line.split()[1]
+            failed.setdefault(current, []).append(line)
+        elif line.startswith("        ") and current:
+            failed[current].append(line)
+        else:
+            current = None
+    return failed
+
+
+def test_attention_that_fills_blocked_scores_with_zero_fails_naming_attention_py(tmp_path):
+    folder = _student_folder(tmp_path, {"attention": ('scores.masked_fill(~mask, float("-inf"))',
+                                                      "scores.masked_fill(~mask, 0)")})
+    proc = _selfcheck(folder)
+    assert proc.returncode == 1
+    failed = _failures(proc.stdout)
+    assert sorted(failed) == ["attention"], f"expected only attention to fail, got {sorted(failed)}:\n{proc.stdout}"
+    text = "\n".join(failed["attention"])
+    assert "with a (4, 4) mask" in text and "(see scaled_dot_product_attention at attention.py" in text, text
+    assert "mha.py" not in proc.stdout, proc.stdout
+
+
+def test_mha_built_on_a_failed_attention_points_back_to_it(tmp_path):
+    folder = _student_folder(tmp_path, {
+        "attention": ('scores.masked_fill(~mask, float("-inf"))', "scores.masked_fill(~mask, 0)"),
+        "mha": ("import torch\n", "import torch\nfrom attention import scaled_dot_product_attention\n"),
+    })
+    text = (folder / "mha.py").read_text().replace(
+        """        scores = q @ k.transpose(2, 3) / math.sqrt(hd)  # (B, H, T, T)
+        scores = scores.masked_fill(~self.mask[:T, :T], float("-inf"))
+        weights = self.dropout(torch.softmax(scores, dim=-1))  # (B, H, T, T)
+        context = (weights @ v)""",
+        """        context, _ = scaled_dot_product_attention(q, k, v, self.mask[:T, :T], self.dropout)
+        context = (context)""")
+    (folder / "mha.py").write_text(text)
+    proc = _selfcheck(folder)
+    mha = "\n".join(_failures(proc.stdout).get("mha", []))
+    assert ("(mha.py uses your scaled_dot_product_attention, which failed its own check above: fix that first)"
+            in mha), proc.stdout
+
+
+def test_a_failure_prints_the_notebooks_hint(tmp_path):
+    folder = _student_folder(tmp_path, {"attention": ("math.sqrt(d_k)", "d_k")})
+    attention = "\n".join(_failures(_selfcheck(folder).stdout)["attention"])
+    assert ("hint: did you divide the scores by sqrt(d_k) = sqrt(2)? Dividing by d_k gives b1 = (0.38, 0.62), "
+            "not dividing at all (0.27, 0.73)") in attention, attention
+
+
+def test_a_wrong_mask_is_drawn_4x4_with_its_legend(tmp_path):
+    folder = _student_folder(tmp_path, {"masks": ("torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool, "
+                                                  "device=device))",
+                                                  "torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool, "
+                                                  "device=device), diagonal=1)")})
+    masks = "\n".join(_failures(_selfcheck(folder).stdout)["masks"])
+    assert "causal_mask(4) (✓ may attend, · blocked):" in masks, masks
+    drawn = ["expected   got", "✓ · · ·    · ✓ ✓ ✓", "✓ ✓ · ·    · · ✓ ✓", "✓ ✓ ✓ ·    · · · ✓", "✓ ✓ ✓ ✓    · · · ·"]
+    assert all(f"          {line}" in masks.splitlines() for line in drawn), masks
+    assert "[[T" not in masks and "[[." not in masks, masks
+
+
+def test_worked_example_rows_say_which_rows(tmp_path):
+    folder = _student_folder(tmp_path, {"mha": ("self.head_dim = d_out // num_heads\n",  # draws before Wq
+                                                "self.head_dim = d_out // num_heads\n        nn.Linear(1, 1)\n")})
+    mha = "\n".join(_failures(_selfcheck(folder).stdout)["mha"])
+    assert "the first and last rows of the output (tokens 'Your' and 'step'): expected [(0.1184, 0.3120" in mha, mha

@@ -3,13 +3,16 @@
     python selfcheck.py            (in the folder with your five modules)
     python selfcheck.py PATH       (or point it at that folder)
 
-It checks the tutorials' worked examples, the shapes, and the causal mask,
-prints what passed and what to look at, and exits 1 when a check fails.
-A failure names the line of your code to look at: the line that raised, or,
-when your code ran but gave a wrong result, the function or class checked.
-These are the public checks only: the course's hidden graders check much
-more (random inputs, masking, dtypes, devices, speed), so passing here is a
-good start, not a grade.
+It runs what the notebooks' self-check cells run, on your .py files: the
+tutorials' worked examples, the shapes, attention with a mask, the causal
+mask, causality and the meta device, and the positional table. It prints
+what passed and, for a failure, what was expected, what came back and the
+notebook's hint; it exits 1 when a check fails. A failure names the line of
+your code to look at: the line that raised, or, when your code ran but gave
+a wrong result, the function or class checked. Masks are drawn as
+✓ (may attend) and · (blocked). These are the public checks only: the
+course's hidden graders check much more (random inputs, dtypes, devices,
+speed), so passing here is a good start, not a grade.
 """
 import inspect
 import math
@@ -31,32 +34,70 @@ def check(module, title, subject):
     return register
 
 
-def near(got, expected, tol=1e-4):
+MASK_LEGEND = "✓ may attend, · blocked"  # the graders' legend too
+
+
+class Failed(AssertionError):
+    """A public check that failed: what was expected and what came back, and the notebook's hint for it."""
+
+    def __init__(self, message, hint=None, subject=None):
+        super().__init__(message)
+        self.hint, self.subject = hint, subject  # subject: the one name of the check's subject at fault
+
+
+def _drawn(mask):
+    """A bool mask a line per query row: "✓ · · ·"."""
+    return [" ".join("✓" if v else "·" for v in row) for row in mask.tolist()]
+
+
+def _side_by_side(left_title, left, right_title, right):
+    """Two drawn masks (_drawn) side by side under their titles, as indented lines."""
+    width = max(len(left_title), *(len(line) for line in left))
+    return "\n".join(f"  {a:<{width}}   {b}" for a, b in zip([left_title, *left], [right_title, *right]))
+
+
+def _rows(values):
+    """Rows of numbers for a message: [(0.3302, 0.6698), (0.5000, 0.5000)]."""
+    return "[" + ", ".join("(" + ", ".join(f"{v:.4f}" for v in row) + ")" for row in values) + "]"
+
+
+def near(got, expected, what, hint=None, tol=1e-4):
+    """Check that the tensor `got` (`what`: which values these are, as the message says it) is `expected`
+    (nested lists); `hint`, the notebook's hint for this check, is printed with a failure."""
     import torch
 
     expected = torch.tensor(expected, dtype=torch.float64)
     if not isinstance(got, torch.Tensor):
-        raise AssertionError(f"expected a tensor, got {type(got).__name__}")
+        raise Failed(f"{what}: expected a tensor, got {type(got).__name__}")
     if tuple(got.shape) != tuple(expected.shape):
-        raise AssertionError(f"expected shape {tuple(expected.shape)}, got {tuple(got.shape)}")
+        raise Failed(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(got.shape)}", hint)
     got = got.detach().double().cpu()
-    if not torch.allclose(got, expected, atol=tol, rtol=0):
-        if expected.numel() <= 8:
-            want = [round(v, 4) for v in expected.flatten().tolist()]
-            raise AssertionError(f"expected {want}, got {[round(v, 4) for v in got.flatten().tolist()]}")
-        wrong = ~torch.isclose(got, expected, atol=tol, rtol=0)
-        first = [int(i) for i in wrong.nonzero()[0]]
-        raise AssertionError(f"expected {expected[tuple(first)].item():.4f} at index {first}, got "
-                             f"{got[tuple(first)].item():.4f} ({int(wrong.sum())} of {wrong.numel()} entries differ)")
+    if torch.allclose(got, expected, atol=tol, rtol=0):
+        return
+    if expected.numel() <= 12:
+        want, have = (t.reshape(-1, t.shape[-1] if t.dim() else 1).tolist() for t in (expected, got))
+        raise Failed(f"{what}: expected {_rows(want)}, got {_rows(have)}", hint)
+    wrong = ~torch.isclose(got, expected, atol=tol, rtol=0)
+    first = [int(i) for i in wrong.nonzero()[0]]
+    raise Failed(f"{what}: expected {expected[tuple(first)].item():.4f} at index {first}, got "
+                         f"{got[tuple(first)].item():.4f} ({int(wrong.sum())} of {wrong.numel()} entries differ)", hint)
 
 
-def shape(got, expected):
+def shape(got, expected, what, hint=None):
     if tuple(getattr(got, "shape", ())) != tuple(expected):
-        raise AssertionError(f"expected shape {tuple(expected)}, got {tuple(getattr(got, 'shape', ()))}")
+        raise Failed(f"{what}: expected shape {tuple(expected)}, got {tuple(getattr(got, 'shape', ()))}",
+                             hint)
+
+
+def holds(condition, message, hint=None, subject=None):
+    if not condition:
+        raise Failed(message, hint, subject)
 
 
 SEED_004 = [[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],
             [0.22, 0.58, 0.33], [0.77, 0.25, 0.10], [0.05, 0.80, 0.55]]
+# A (4, 4) mask, True = may attend (01_attention.ipynb's): the same for every batch and head.
+MASK = [[True, False, True, False], [True, True, False, False], [False, True, True, True], [True, True, True, True]]
 
 
 @check("attention", "tutorial 001: b1 = (0.33, 0.67), b2 = (0.50, 0.50)", "scaled_dot_product_attention")
@@ -67,7 +108,9 @@ def _():
     q, eye = torch.tensor([[1.0, 2.0], [1.0, 1.0]]), torch.eye(2)
     out, weights = scaled_dot_product_attention(q, eye, eye)
     b1 = 1 / (1 + math.exp(-1 / math.sqrt(2)))
-    near(out, [[1 - b1, b1], [0.5, 0.5]])
+    near(out, [[1 - b1, b1], [0.5, 0.5]], "b1, b2",
+         "did you divide the scores by sqrt(d_k) = sqrt(2)? Dividing by d_k gives b1 = (0.38, 0.62), not "
+         "dividing at all (0.27, 0.73)")
 
 
 @check("attention", "shapes: output (..., L, d_v), weights (..., L, S); rows sum to 1", "scaled_dot_product_attention")
@@ -77,9 +120,40 @@ def _():
 
     q, k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 7, 4), torch.randn(2, 3, 7, 6)
     out, weights = scaled_dot_product_attention(q, k, v)
-    shape(out, (2, 3, 5, 6))
-    shape(weights, (2, 3, 5, 7))
-    near(weights.sum(-1), [[[1.0] * 5] * 3] * 2, tol=1e-5)
+    shape(out, (2, 3, 5, 6), "output for query (2, 3, 5, 4), key (2, 3, 7, 4), value (2, 3, 7, 6)")
+    shape(weights, (2, 3, 5, 7), "weights for the same")
+    near(weights.sum(-1), [[[1.0] * 5] * 3] * 2, "the sums of the rows of the weights",
+         "each row of weights must be positive and sum to 1: softmax over the last dim (the keys)", tol=1e-5)
+
+
+@check("attention", f"with a (4, 4) mask: blocked keys get zero weight, rows still sum to 1 ({MASK_LEGEND})",
+       "scaled_dot_product_attention")
+def _():
+    import torch
+    import torch.nn.functional as F
+    from attention import scaled_dot_product_attention
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 4, 8), torch.randn(2, 3, 4, 8)  # (batch, heads, T, d_k)
+    mask = torch.tensor(MASK)  # (L, S)
+    out, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+    shape(weights, (2, 3, 4, 4), "weights for query (2, 3, 4, 8) with a (4, 4) mask")
+    leaked = (weights != 0) & ~mask
+    if leaked.any():
+        raise Failed(
+            "keys where the mask is False must get exactly zero weight; the mask (" + MASK_LEGEND + ") beside "
+            "your weights for batch 0, head 0 (✓ not 0, · exactly 0):\n"
+            + _side_by_side("mask", _drawn(mask), "your weights", _drawn(weights[0, 0] != 0)),
+            "True means 'may attend': check the polarity; and fill the blocked scores with -inf (or -1e9), not "
+            "with 0: a score of 0 still gets a weight, e^0 = 1")
+    near(weights.sum(-1), [[[1.0] * 4] * 3] * 2, "the sums of the rows of the masked weights",
+         "masked rows must still sum to 1", tol=1e-5)
+    near(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask).tolist(),
+         "output with the mask, against F.scaled_dot_product_attention",
+         "with a mask, the output differs from F.scaled_dot_product_attention", tol=1e-5)
+    _, weights = scaled_dot_product_attention(q, k, v, mask=torch.tensor([True, True, True, False]))
+    holds((weights[..., 3] == 0).all(), "a key mask of shape (S,) = (✓ ✓ ✓ ·) should give key 3 zero weight "
+          "for every query", "a key mask of shape (S,) should broadcast over all queries")
 
 
 @check("heads", "tutorial 001: q1 = (1, 1, 0, 1) splits into (1, 1) and (0, 1)", "split_heads")
@@ -87,7 +161,11 @@ def _():
     import torch
     from heads import split_heads
 
-    near(split_heads(torch.tensor([[[1.0, 1.0, 0.0, 1.0]]]), 2), [[[[1.0, 1.0]], [[0.0, 1.0]]]])
+    got = split_heads(torch.tensor([[[1.0, 1.0, 0.0, 1.0]]]), 2)
+    shape(got, (1, 2, 1, 2), "split_heads(q1 as (B, T, d_model) = (1, 1, 4), 2)",
+          "expected (B, H, T, head_dim) = (1, 2, 1, 2)")
+    near(got[0, :, 0], [[1.0, 1.0], [0.0, 1.0]], "head 1, head 2",
+         "head 1 should hold features 0:2 = (1, 1), head 2 features 2:4 = (0, 1)")
 
 
 @check("heads", "shapes: split (B, T, d_model) -> (B, H, T, head_dim); merge undoes split",
@@ -98,21 +176,42 @@ def _():
 
     x = torch.randn(2, 5, 12)
     heads = split_heads(x, 3)
-    shape(heads, (2, 3, 5, 4))
-    near(merge_heads(heads), x.tolist(), tol=1e-6)
+    shape(heads, (2, 3, 5, 4), "split_heads(x (2, 5, 12), 3)")
+    for h in range(3):
+        near(heads[:, h], x[:, :, h * 4:(h + 1) * 4].tolist(), f"head {h} of split_heads(x (2, 5, 12), 3)",
+             f"head {h} should hold features {h * 4}:{(h + 1) * 4} of every token", tol=1e-6)
+    near(merge_heads(heads), x.tolist(), "merge_heads(split_heads(x, 3))",
+         "merge_heads(split_heads(x)) should give x back", tol=1e-6)
+    context = torch.randn(2, 3, 5, 4)  # a fresh contiguous (B, H, T, head_dim) tensor, like `weights @ v`
+    near(merge_heads(context)[:, :, 4:8], context[:, 1].tolist(), "features 4:8 of merge_heads of a fresh "
+         "(2, 3, 5, 4) tensor", "head h should land in features h*head_dim:(h+1)*head_dim", tol=1e-6)
 
 
-@check("masks", "causal_mask(4): bool, lower triangle with the diagonal (True = may attend)", "causal_mask")
+@check("masks", f"causal_mask(4): bool, lower triangle with the diagonal ({MASK_LEGEND})", "causal_mask")
 def _():
     import torch
     from masks import causal_mask
 
     mask = causal_mask(4)
-    if mask.dtype != torch.bool:
-        raise AssertionError(f"expected a bool tensor, got {mask.dtype}")
+    holds(isinstance(mask, torch.Tensor), f"expected a tensor, got {type(mask).__name__}")
+    holds(mask.dtype == torch.bool, f"expected a bool tensor, got {mask.dtype}")
+    shape(mask, (4, 4), "causal_mask(4)")
     expected = [[j <= i for j in range(4)] for i in range(4)]
     if mask.tolist() != expected:
-        raise AssertionError(f"expected {expected}, got {mask.tolist()}")
+        raise Failed(
+            f"causal_mask(4) ({MASK_LEGEND}):\n"
+            + _side_by_side("expected", _drawn(torch.tensor(expected)), "got", _drawn(mask)),
+            "True = may attend: j <= i")
+
+
+@check("masks", "causal_mask(5, device='meta') is a bool (5, 5) tensor on the meta device", "causal_mask")
+def _():
+    from masks import causal_mask
+
+    mask = causal_mask(5, device="meta")
+    holds(mask.device.type == "meta", f"causal_mask(5, device='meta') should be on the meta device, got {mask.device}",
+          "build the mask on `device` (torch.ones(..., dtype=torch.bool, device=device))")
+    shape(mask, (5, 5), "causal_mask(5, device='meta')")
 
 
 @check("mha", "tutorial 004: fused MultiHeadAttention(3, 4, 6, 0.0, 2) after torch.manual_seed(123)",
@@ -125,8 +224,12 @@ def _():
     module = MultiHeadAttention(3, 4, 6, 0.0, 2)
     with torch.no_grad():
         out = module(torch.tensor([SEED_004, SEED_004]))
-    shape(out, (2, 6, 4))
-    near(out[0, [0, -1]], [[0.1184, 0.3120, -0.0847, -0.5774], [-0.0132, 0.2990, -0.0689, -0.3490]])
+    shape(out, (2, 6, 4), "the output for the tutorial's batch (2, 6, 3)")
+    order = [name for name, _ in module.named_children() if name in ("Wq", "Wk", "Wv", "Wo")]
+    near(out[0, [0, -1]], [[0.1184, 0.3120, -0.0847, -0.5774], [-0.0132, 0.2990, -0.0689, -0.3490]],
+         "the first and last rows of the output (tokens 'Your' and 'step')",
+         "the numbers depend on the seed and on the order the layers draw their weights: Wq, Wk, Wv, then Wo"
+         + (f" (your layers were created in the order {order})" if order != ["Wq", "Wk", "Wv", "Wo"] else ""))
 
 
 @check("mha", "tutorial 004: stacked heads with W = torch.rand(3, 2) after torch.manual_seed(123), all six rows",
@@ -142,10 +245,38 @@ def _():
             for name in ("Wq", "Wk", "Wv"):
                 getattr(head, name).weight.copy_(torch.rand(3, 2).T)  # x @ W == Linear with weight W.T
         out = module(torch.tensor([SEED_004, SEED_004]))
-    shape(out, (2, 6, 4))
+    shape(out, (2, 6, 4), "the output for the tutorial's batch (2, 6, 3)", "2 heads of d_out = 2 give 4 features")
     near(out[0], [[0.1855, 0.8812, 1.3211, 0.8098], [0.3116, 0.9549, 1.6063, 1.1493],  # all six rows: row 0
                   [0.3395, 0.9652, 1.6530, 1.2084], [0.3129, 0.8747, 1.5012, 1.0955],  # alone attends only to
-                  [0.2865, 0.7897, 1.4100, 1.0398], [0.2990, 0.8040, 1.4025, 1.0361]])  # itself: no scaling shows
+                  [0.2865, 0.7897, 1.4100, 1.0398], [0.2990, 0.8040, 1.4025, 1.0361]],  # itself: no scaling shows
+         "the six rows of the output", "row 0 attends only to itself: if it alone is right, check the scaling "
+         "(sqrt(d_k)) and the mask")
+
+
+@check("mha", "all three modules are causal and follow .to('meta')",
+       "CausalAttention StackedMultiHeadAttention MultiHeadAttention")
+def _():
+    import torch
+    from mha import CausalAttention, MultiHeadAttention, StackedMultiHeadAttention
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 3)
+    changed = x.clone()
+    changed[:, 4:] = torch.randn(2, 2, 3)  # tokens 4 and 5 only
+    modules = {"CausalAttention": CausalAttention(3, 4, 6),
+               "StackedMultiHeadAttention": StackedMultiHeadAttention(3, 2, 6, 0.0, 2),
+               "MultiHeadAttention": MultiHeadAttention(3, 4, 6, 0.0, 2)}
+    with torch.no_grad():
+        for name, module in modules.items():
+            before, after = module(x), module(changed)
+            holds(torch.allclose(before[:, :4], after[:, :4], atol=1e-6),
+                  f"{name} is not causal: changing tokens 4 and 5 changed the outputs at positions 0..3",
+                  "position i may only attend to positions j <= i (the mask: True = may attend)", name)
+    for name, module in modules.items():
+        module.to("meta")
+        out = module(torch.randn(2, 5, 3, device="meta"))
+        holds(out.device.type == "meta", f"{name} should run on the meta device after .to('meta'), its output "
+              f"is on {out.device}", "is the mask a buffer? nothing may be created on a fixed device", name)
 
 
 @check("positional", "sinusoidal_encoding(4, 8): position 0 = (0, 1, 0, 1, ...), PE[1, :2] = (sin 1, cos 1)",
@@ -154,9 +285,29 @@ def _():
     from positional import sinusoidal_encoding
 
     pe = sinusoidal_encoding(4, 8)
-    shape(pe, (4, 8))
-    near(pe[0], [0.0, 1.0] * 4, tol=1e-5)
-    near(pe[1, :2], [math.sin(1.0), math.cos(1.0)])
+    shape(pe, (4, 8), "sinusoidal_encoding(4, 8)")
+    near(pe[:1], [[0.0, 1.0] * 4], "position 0 (PE[0])", "sines in the even columns, cosines in the odd ones",
+         tol=1e-5)
+    near(pe[1:2, :2], [[math.sin(1.0), math.cos(1.0)]], "PE[1, 0], PE[1, 1]",
+         "PE[1, 0] should be sin(1) = 0.8415 and PE[1, 1] cos(1) = 0.5403")
+
+
+@check("positional", "PositionalEncoding(16, max_len=50): a buffer `pe` of (50, 16), forward(x) = x + pe[:T]",
+       "PositionalEncoding")
+def _():
+    import torch
+    from positional import PositionalEncoding, sinusoidal_encoding
+
+    layer = PositionalEncoding(16, max_len=50)
+    buffers = dict(layer.named_buffers())
+    holds("pe" in buffers, "PositionalEncoding(16, max_len=50) has no buffer named pe",
+          "keep the table as a buffer named pe (in the state_dict, not a parameter)")
+    shape(buffers["pe"], (50, 16), "the buffer pe", "(max_len, d_model) = (50, 16)")
+    holds(len(list(layer.parameters())) == 0, "PositionalEncoding has trainable parameters",
+          "the table is fixed: it should not be a trainable parameter")
+    x = torch.randn(2, 7, 16)
+    near(layer(x), (x + sinusoidal_encoding(7, 16)).tolist(), "forward(x) for x (2, 7, 16)",
+         "forward(x) should be x + pe[:T]", tol=1e-6)
 
 
 _NOTEBOOK_MODULE = re.compile(r'"""\w+\.py, taken from (.+?): ')
@@ -191,7 +342,7 @@ def _where(exc, folder, module, subject):
         line = f": {frames[-1].line.strip()}" if frames[-1].line else ""
         return f"at {_place(frames[-1].filename, frames[-1].lineno)}{line}"
     found, places = sys.modules.get(module), []
-    for name in subject.split():
+    for name in (getattr(exc, "subject", None) or subject).split():
         try:
             target = getattr(found, name)
             filename, lineno = inspect.getsourcefile(target), inspect.getsourcelines(target)[1]
@@ -202,6 +353,22 @@ def _where(exc, folder, module, subject):
     return "see " + " and ".join(places) if places else ""
 
 
+def _uses_failed(module, failed):
+    """The names `module` (the student's, imported) takes from the student's modules in `failed`: an earlier
+    failure there is the one to fix first."""
+    found = sys.modules.get(module)
+    return sorted(name for name, value in vars(found).items()
+                  if not name.startswith("_") and getattr(value, "__module__", None) in failed) if found else []
+
+
+def _reason(exc, hint=True):
+    """What went wrong, and (`hint`) the hint that goes with it, as lines."""
+    if isinstance(exc, NotImplementedError):
+        return ["not implemented yet"]
+    lines = (str(exc) if isinstance(exc, Failed) else f"{type(exc).__name__}: {exc}").splitlines() or [""]
+    return lines + ([f"hint: {exc.hint}"] if hint and getattr(exc, "hint", None) else [])
+
+
 def main(argv):
     folder = os.path.abspath(argv[1]) if len(argv) > 1 else os.getcwd()
     sys.path.insert(0, folder)
@@ -210,22 +377,28 @@ def main(argv):
     except ImportError:
         print("PyTorch is not installed: pip install torch")
         return 2
-    failed = 0
+    failed = set()  # the modules with a failed check
+    count = 0
     for module, title, subject, fn in CHECKS:
         try:
             fn()
             print(f"  ok    {module:<10} {title}")
         except Exception as exc:  # a self-check reports every failure and goes on
-            failed += 1
+            count += 1
             where = _where(exc, folder, module, subject)
-            reason = "not implemented yet" if isinstance(exc, NotImplementedError) else f"{type(exc).__name__}: {exc}"
-            print(f"  FAIL  {module:<10} {title}\n        {reason}" + (f"\n        ({where})" if where else ""))
-    print(f"\n{len(CHECKS) - failed} of {len(CHECKS)} public checks passed."
-          + ("" if failed else " The hidden graders check much more: random inputs, masking, dtypes, devices, speed."))
+            inherited = _uses_failed(module, failed - {module})  # then the hint on the module's own code can wait
+            lines = _reason(exc, hint=not inherited) + ([f"({where})"] if where else [])
+            if inherited:
+                lines.append(f"({module}.py uses your {', '.join(inherited)}, which failed its own check above: "
+                             "fix that first)")
+            failed.add(module)
+            print(f"  FAIL  {module:<10} {title}" + "".join(f"\n        {line}" for line in lines))
+    print(f"\n{len(CHECKS) - count} of {len(CHECKS)} public checks passed."
+          + ("" if count else " The hidden graders check much more: random inputs, masking, dtypes, devices, speed."))
     if POINTS:
         print("Hidden graders: " + ", ".join(f"{m} {p:g}" for m, p in POINTS.items())
               + f" points, {sum(POINTS.values()):g} in all.")
-    return 1 if failed else 0
+    return 1 if count else 0
 
 
 if __name__ == "__main__":
