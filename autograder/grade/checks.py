@@ -181,13 +181,33 @@ def unchanged(after, before, what, variants=None):
                              "with out-of-place operations)" + likely_bug(after, variants))
 
 
+#: How a bool mask is drawn in a message: one mark per (query, key), a line per query (mask_lines).
+MAY_ATTEND, BLOCKED = "✓", "·"
+MASK_LEGEND = f"{MAY_ATTEND} may attend, {BLOCKED} blocked"
+
+
+def mask_lines(mask):
+    """A small 2-D bool mask drawn a line per query row: "✓ · · ·" (✓ may attend, · blocked)."""
+    return [" ".join(MAY_ATTEND if v else BLOCKED for v in row) for row in mask.detach().cpu().bool().tolist()]
+
+
+def masks_side_by_side(expected, got, indent="    "):
+    """Two small 2-D bool masks, expected beside got, under a header: lines a message can end with."""
+    left, right = mask_lines(expected), mask_lines(got)
+    width = max(len("expected"), *(len(line) for line in left))
+    lines = [f"{'expected':<{width}}   got", *(f"{a:<{width}}   {b}" for a, b in zip(left, right))]
+    lines += [f"{'':<{width}}   {b}" for b in right[len(left):]]
+    return "\n".join(indent + line for line in lines)
+
+
 def rows(t, decimals=4):
-    """Format the rows of a small 1-D or 2-D tensor for a message."""
+    """Format the rows of a small 1-D or 2-D tensor for a message (a bool one as [✓ · ·, ✓ ✓ ·]: say
+    MASK_LEGEND beside it)."""
     t = t.detach().cpu()
     if t.dim() < 2:
         t = t.reshape(1, -1)
     if t.dtype == torch.bool:
-        return "[" + ", ".join("[" + " ".join("T" if v else "." for v in row.tolist()) + "]" for row in t) + "]"
+        return "[" + ", ".join(mask_lines(t)) + "]"
     return "[" + ", ".join("(" + ", ".join(f"{v:.{decimals}f}" for v in row.tolist()) + ")" for row in t) + "]"
 
 

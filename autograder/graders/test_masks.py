@@ -31,11 +31,18 @@ def test_values_lower_triangle_with_diagonal(student):
         got = checks.shape(mask(student, T), (T, T), f"causal_mask({T})")
         expected = torch.ones(T, T).tril().bool()  # True = may attend
         if got.dtype != torch.bool or not torch.equal(got, expected):
-            shown = got.bool() if got.dtype != torch.bool else got
-            raise AssertionError(f"causal_mask({T}): expected {checks.rows(expected)} (T = may attend, "
-                                 f"diagonal included), got {checks.rows(shown)}"
-                                 + ("" if got.dtype == torch.bool else f" as {got.dtype}")
-                                 + diagnosis(student))
+            raise AssertionError(f"causal_mask({T}) is not the lower triangle, diagonal included"
+                                 + ("" if got.dtype == torch.bool else f" (it is {got.dtype}, read as bool)")
+                                 + picture(student) + diagnosis(student))
+
+
+def picture(student, T=4):
+    """causal_mask(T), expected beside the student's, at a size that shows the triangle."""
+    got = checks.tensor(mask(student, T), f"causal_mask({T})")
+    if tuple(got.shape) != (T, T):
+        return f"; causal_mask({T}) has shape {tuple(got.shape)}"
+    return (f"; causal_mask({T}) ({checks.MASK_LEGEND}):\n"
+            + checks.masks_side_by_side(torch.ones(T, T).tril().bool(), got.bool()))
 
 
 def diagnosis(student, T=4):
