@@ -404,6 +404,12 @@ the blocked positions, so its masks are the same; tutorial 004's
   each code cell stands alone: write the parts you need inline).
 - Work on any device and dtype: outputs live on the inputs' device, keep the
   inputs' floating dtype, and create nothing on a fixed device.
+- Several checks run your code on PyTorch's **meta device**, whose tensors
+  have a shape and a dtype but no data. Why it matters: a tensor your code
+  creates on a fixed device (`torch.ones(n)` without `device=`, or a mask
+  kept as a plain attribute instead of a buffer) breaks `.to(device)` and
+  GPU use, and on the meta device it shows at once as a device mismatch,
+  with no GPU needed.
 
 ## Points
 

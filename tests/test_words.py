@@ -48,3 +48,11 @@ def test_a_wrong_causal_mask_is_shown_4x4_with_its_legend(tmp_path, warm_servers
     assert checks.masks_side_by_side(torch.ones(4, 4).tril().bool(), torch.ones(4, 4).triu(1).bool()) in message, \
         message
     assert "[[T" not in message and "[[." not in message, message
+
+
+def test_the_student_readme_explains_the_meta_device_once():
+    from autograder.release import expected_template
+
+    readme = expected_template()["README.md"]
+    assert readme.count("**meta device**") == 1, "explained once, where it is first named"
+    assert "shape and a dtype but no data" in readme and "breaks `.to(device)` and\n  GPU use" in readme
