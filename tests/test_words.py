@@ -56,3 +56,35 @@ def test_the_student_readme_explains_the_meta_device_once():
     readme = expected_template()["README.md"]
     assert readme.count("**meta device**") == 1, "explained once, where it is first named"
     assert "shape and a dtype but no data" in readme and "breaks `.to(device)` and\n  GPU use" in readme
+
+
+def _check_titles(module):
+    """test name -> title (its docstring) of the graders of `module`."""
+    import ast
+
+    from autograder.paths import GRADERS
+
+    tree = ast.parse((GRADERS / f"test_{module}.py").read_text(encoding="utf-8"))
+    return {f.name: ast.get_docstring(f) for f in tree.body
+            if isinstance(f, ast.FunctionDef) and f.name.startswith("test_")}
+
+
+@pytest.mark.parametrize("module", ["heads", "masks", "mha", "positional"])
+def test_check_titles_call_a_heads_width_head_dim(module):
+    """d_k is attention's width of the queries and keys (the student README); a head's width is head_dim."""
+    said = {name: title for name, title in _check_titles(module).items() if "d_k" in title}
+    assert not said, f"expected head_dim, got d_k in {said}"
+
+
+def test_the_float32_title_says_the_cases_start_small():
+    title = _check_titles("attention")["test_matches_reference_float32"]
+    assert "from (2, 2) matrices to batch and head dims with L != S and d_v != d_k" in title, title
+
+
+@pytest.mark.grading
+def test_a_value_mismatch_says_which_case_it_is(tmp_path, warm_servers):
+    folder = _copy_with(tmp_path, "attention", "math.sqrt(d_k)", "d_k")
+    report = grade(folder, select="test_matches_reference_float32", servers=warm_servers)
+    (check,) = [t for t in report.tests if t.status == "failed"]
+    assert check.message.startswith("weights for query (2, 2), key (2, 2), value (2, 2), float32 (case 1 of 4, "
+                                    "smallest first: no leading dims, L = S, d_v = d_k): expected "), check.message

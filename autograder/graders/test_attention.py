@@ -46,14 +46,21 @@ def outputs_given(variants, weights):
             if w.shape == weights.shape and torch.allclose(w.double(), weights.double(), atol=1e-5, equal_nan=True)}
 
 
+def what_case(lead, L, S, d_k, d_v):
+    """What a case of CASES has, in words: "no leading dims, L = S, d_v = d_k"."""
+    dims = {0: "no leading dims", 1: "a batch dim"}.get(len(lead), "batch and head dims")
+    return f"{dims}, {'L != S' if L != S else 'L = S'}, {'d_v != d_k' if d_v != d_k else 'd_v = d_k'}"
+
+
 def compare_cases(student, dtype=torch.float32, with_mask=False):
-    for lead, L, S, d_k, d_v in CASES:
+    for n, (lead, L, S, d_k, d_v) in enumerate(CASES, 1):
         q, k, v = qkv(lead, L, S, d_k, d_v, dtype=dtype)
         kwargs = {"mask": random_mask(*lead, L, S, seed=7)} if with_mask else {}
         out, weights = run(student, q, k, v, **kwargs)
         ref_out, ref_weights = ref.scaled_dot_product_attention(q, k, v, **kwargs)
         case = (f"query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}"
-                + (", with a mask" if with_mask else "") + f", {str(dtype).replace('torch.', '')}")
+                + (", with a mask" if with_mask else "") + f", {str(dtype).replace('torch.', '')} "
+                f"(case {n} of {len(CASES)}, smallest first: {what_case(lead, L, S, d_k, d_v)})")
         variants = diagnose.attention_variants(q, k, v, kwargs.get("mask"))
         checks.close(weights, ref_weights, f"weights for {case}", variants={n: w for n, (_, w) in variants.items()})
         checks.close(out, ref_out, f"output for {case}", variants=outputs_given(variants, ref_weights))
@@ -91,7 +98,7 @@ def test_worked_example_seed_001(student, record_property):
 
 @points(3, "values")
 def test_matches_reference_float32(student):
-    """matches softmax(Q K^T / sqrt(d_k)) V on random float32 inputs (batch and head dims, L != S, d_v != d_k)"""
+    """matches softmax(Q K^T / sqrt(d_k)) V on random float32 inputs, from (2, 2) matrices to batch and head dims with L != S and d_v != d_k"""
     compare_cases(student)
 
 

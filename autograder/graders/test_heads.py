@@ -22,7 +22,7 @@ def merge(student, x, **kw):
 
 @points(2, "shape")
 def test_split_shape(student):
-    """split_heads: (B, T, d_model) -> (B, H, T, d_model // H)"""
+    """split_heads: (B, T, d_model) -> (B, H, T, head_dim), head_dim = d_model // H"""
     x = randn(2, 5, 12)
     out, _ = split(student, x, 3)
     checks.shape(out, (2, 3, 5, 4), "split_heads(x (2, 5, 12), 3)", variants=diagnose.split_variants(x, 3))
@@ -43,7 +43,7 @@ def test_split_worked_example_seed_001(student):
 
 @points(2, "values")
 def test_split_head_h_holds_its_features(student):
-    """split_heads: head h holds features h*d_k : (h+1)*d_k of every token"""
+    """split_heads: head h holds features h*head_dim : (h+1)*head_dim of every token"""
     for B, T, d, H in CASES:
         x = randn(B, T, d, seed=d)
         out, _ = split(student, x, H)
@@ -53,7 +53,7 @@ def test_split_head_h_holds_its_features(student):
 
 @points(1, "shape")
 def test_merge_shape(student):
-    """merge_heads: (B, H, T, d_k) -> (B, T, H * d_k)"""
+    """merge_heads: (B, H, T, head_dim) -> (B, T, H * head_dim)"""
     x = randn(2, 3, 5, 4)
     out, _ = merge(student, x)
     checks.shape(out, (2, 5, 12), "merge_heads(x (2, 3, 5, 4))", variants=diagnose.merge_variants(x))
@@ -64,7 +64,7 @@ def test_merge_inverts_split(student):
     """merge_heads(split_heads(x, H)) gives back x, also for the non-contiguous output of a split"""
     for B, T, d, H in CASES:
         x = randn(B, T, d, seed=d)
-        heads = ref.split_heads(x, H)  # (B, H, T, d_k), a transposed (non-contiguous) view
+        heads = ref.split_heads(x, H)  # (B, H, T, head_dim), a transposed (non-contiguous) view
         out, _ = merge(student, heads)
         checks.close(out, x, f"merge_heads of the {H} heads of x {tuple(x.shape)}",
                      variants=diagnose.merge_variants(heads))
