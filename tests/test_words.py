@@ -88,3 +88,19 @@ def test_a_value_mismatch_says_which_case_it_is(tmp_path, warm_servers):
     (check,) = [t for t in report.tests if t.status == "failed"]
     assert check.message.startswith("weights for query (2, 2), key (2, 2), value (2, 2), float32 (case 1 of 4, "
                                     "smallest first: no leading dims, L = S, d_v = d_k): expected "), check.message
+
+
+@pytest.mark.grading
+def test_why_speed_was_not_timed_is_said_once(tmp_path, warm_servers):
+    """One measurement serves the three timed checks: the first says why it timed nothing, the others point to it."""
+    from autograder.graders.test_mha import UNVERIFIED
+
+    folder = _copy_with(tmp_path, "mha", "scores = q @ k.transpose(2, 3) / math.sqrt(hd)",
+                        "scores = q @ k.transpose(2, 3) / hd")
+    report = grade(folder, select="faster_than or close_to_reference or grow_with_heads", servers=warm_servers)
+    messages = [t.message for t in report.tests]
+    assert [t.status for t in report.tests] == ["failed"] * 3, messages
+    assert sum(UNVERIFIED in m for m in messages) == 1, messages
+    again = ("not timed, for the reason given under the first of MultiHeadAttention's timed checks: its timed passes "
+             "did not all return the reference's output")
+    assert messages.count(again) == 2, messages

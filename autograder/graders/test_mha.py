@@ -469,6 +469,17 @@ def counts_hint(counts):
 UNVERIFIED = ("not timed: the timed forward passes of MultiHeadAttention did not all return the output of the "
               "reference fused module with the same weights and inputs. Speed is graded for a correct "
               "MultiHeadAttention only (and only passes that really ran can be timed): fix its value checks first")
+NOT_TIMED_AGAIN = "not timed, for the reason given under the first of MultiHeadAttention's timed checks: {}"
+_told = set()  # (student, cause): the "not timed" messages a timed check of this grading already gave in full
+
+
+def not_timed(student, cause, text):
+    """`text` for the first timed check that fails for `cause`, a line pointing back to it for the others: one
+    measurement serves the three timed checks, so its reason is said once."""
+    if (id(student), cause) in _told:
+        return NOT_TIMED_AGAIN.format(cause)
+    _told.add((id(student), cause))
+    return text
 
 
 def speedup_measurement(student, record_property):
@@ -481,11 +492,11 @@ def speedup_measurement(student, record_property):
             parts = parts if inherited_in_timing(student, result) == parts else None
     record_property("timing", result.to_dict())
     if not result.verified:
-        assert parts, UNVERIFIED
+        assert parts, not_timed(student, "its timed passes did not all return the reference's output", UNVERIFIED)
         checks.note(blame.note(result.module[0], parts))
-    assert result.vouched, (
+    assert result.vouched, not_timed(student, "your processes used the CPU while the references were timed", (
         f"not timed: in every one of the {result.rounds} rounds, processes of your submission used the CPU while "
-        f"the reference modules were timed (they must be idle then; {'; '.join(result.details[:2])})")
+        f"the reference modules were timed (they must be idle then; {'; '.join(result.details[:2])})"))
     return result
 
 
