@@ -18,7 +18,8 @@ them, never importing them (``grader_points()``). From them the release
 writes each notebook's task cell ``<module>-hidden-graders`` (its nbgrader
 ``points`` and its heading "Hidden graders (N points)"), the points table of
 the student README, the ``POINTS`` line of the self-check and the points
-block of the kit's README. It also writes ``autograder/submission/released.py``: what
+block of the kit's README. The tutorials the kit cites have one source too,
+``autograder/tutorials.py``: both READMEs print its table. It also writes ``autograder/submission/released.py``: what
 grading needs to know of the released template (the code digests of each
 stub and notebook, which tell an untouched form of a module from a worked
 one, and where each notebook's code cell is). ``check_sources()`` names
@@ -39,7 +40,7 @@ from dataclasses import dataclass
 from typing import Callable
 from pathlib import Path
 
-from autograder import MODULES
+from autograder import MODULES, tutorials
 
 from autograder.paths import ASSIGNMENTS, GRADERS as GRADERS_DIR, KIT as ROOT, PACKAGE, README as KIT_README
 from autograder.paths import SOLUTIONS as SOLUTIONS_DIR, STUDENT_TEMPLATE as TEMPLATE_DIR
@@ -260,17 +261,22 @@ def selfcheck_text(points: dict[str, Points] | None = None) -> str:
     return _POINTS_LINE.sub(lambda _: line, text)
 
 
-_README_BLOCK = re.compile(r"(<!-- BEGIN points[^\n]*-->\n).*?(<!-- END points -->)", re.S)
+def _readme_block(name):
+    return re.compile(rf"(<!-- BEGIN {name}[^\n]*-->\n).*?(<!-- END {name} -->)", re.S)
 
 
 def kit_readme_text(points: dict[str, Points] | None = None) -> str:
     """The kit's README.md, its points block (from `<!-- BEGIN points ... -->` to `<!-- END points -->`)
-    written from the graders' markers."""
+    written from the graders' markers and its tutorials block from autograder.tutorials."""
     points = grader_points() if points is None else points
     text = KIT_README.read_text(encoding="utf-8")
-    if len(_README_BLOCK.findall(text)) != 1:
-        raise ValueError("README.md: expected one points block (<!-- BEGIN points ... --> ... <!-- END points -->)")
-    return _README_BLOCK.sub(lambda m: m[1] + points_table(points) + "\n" + m[2], text)
+    for name, content in (("points", points_table(points)), ("tutorials", tutorials.table())):
+        block = _readme_block(name)
+        if len(block.findall(text)) != 1:
+            raise ValueError(f"README.md: expected one {name} block (<!-- BEGIN {name} ... --> ... "
+                             f"<!-- END {name} -->)")
+        text = block.sub(lambda m: m[1] + content + "\n" + m[2], text)
+    return text
 
 
 def released_text(template: dict[str, str] | None = None) -> str:
@@ -371,6 +377,13 @@ identical to this template counts as not worked in, and when you changed
 both, the `.py` file is graded. The report says which was graded and which
 was left out. Simplest: hand in only the form you worked in.
 
+## The tutorials
+
+Docstrings, notebooks and the graders' messages cite the course's
+tutorials by these titles:
+
+{tutorials.table()}
+
 ## Notation
 
 The tutorials' notation, in every docstring and notebook:
@@ -382,19 +395,19 @@ The tutorials' notation, in every docstring and notebook:
 | `L`, `S` | query and key positions in `scaled_dot_product_attention` (`L = S = T` in self-attention); `...` stands for any leading dims (batch, heads) |
 | `H` | number of heads, `num_heads` |
 | `d_model` | features of a token (`heads.py`, `positional.py`) |
-| `d_in`, `d_out` | input and output features of a module of `mha.py` (tutorial 004's `dim_in`, `dim_out`) |
-| `head_dim` | features of one head, `d_model // H`: split into heads, a batch is `(B, H, T, head_dim)` (tutorial 004) |
-| `d_k`, `d_v` | features of the queries and keys, and of the values, in `softmax(Q K^T / sqrt(d_k)) V` (tutorial 000); in multi-head attention each head attends with `d_k = d_v = head_dim` |
+| `d_in`, `d_out` | input and output features of a module of `mha.py` (《多头注意力：堆叠与权重分割》's `dim_in`, `dim_out`) |
+| `head_dim` | features of one head, `d_model // H`: split into heads, a batch is `(B, H, T, head_dim)` (《多头注意力：堆叠与权重分割》) |
+| `d_k`, `d_v` | features of the queries and keys, and of the values, in `softmax(Q K^T / sqrt(d_k)) V` (《PyTorch快餐教程(5)》); in multi-head attention each head attends with `d_k = d_v = head_dim` |
 
-`d_out` follows tutorial 004 and so has two meanings: in `CausalAttention`
+`d_out` follows 《多头注意力：堆叠与权重分割》 and so has two meanings: in `CausalAttention`
 and `StackedMultiHeadAttention` it is the width of **one head** (the stacked
 output has `H * d_out` features); in `MultiHeadAttention` it is the **total**
 width, split over the heads (`head_dim = d_out // H`).
 
 Masks are boolean and **True means "may attend"** (the polarity of
 `torch.nn.functional.scaled_dot_product_attention`): positions where the
-mask is False get zero attention weight. Tutorial 000's `mask == 0` marks
-the blocked positions, so its masks are the same; tutorial 004's
+mask is False get zero attention weight. The `mask == 0` of 《PyTorch快餐教程(5)》
+marks the blocked positions, so its masks are the same; 《多头注意力：堆叠与权重分割》's
 `torch.triu(..., diagonal=1)` builds the blocked part, the opposite.
 
 ## Rules

@@ -1,6 +1,7 @@
 """Scaled dot-product attention.
 
-Tutorial 000 gives the formula and the code, tutorial 001 works it out by hand:
+《PyTorch快餐教程(5)》 gives the formula and the code, 《Self-Attention详解》 works it out
+by hand:
 
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
 
@@ -29,7 +30,7 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None):
             This is the polarity of torch.nn.functional.scaled_dot_product_attention;
             the tutorials' `mask == 0` marks the blocked positions, the same thing.
         dropout: optional nn.Module applied to the weights after the softmax
-            (tutorial 000's convention); None means no dropout.
+            (the convention of 《PyTorch快餐教程(5)》); None means no dropout.
 
     Returns:
         (output, weights):
@@ -37,7 +38,7 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None):
             weights (..., L, S)   = softmax(query @ key^T / sqrt(d_k)) over
                                     the last dim, then dropout if given.
 
-    Worked example (tutorial 001): q1 = (1, 2), q2 = (1, 1), K = V = I (2x2)
+    Worked example (《Self-Attention详解》): q1 = (1, 2), q2 = (1, 1), K = V = I (2x2)
     gives scaled scores (0.71, 1.41) for q1 and outputs b1 = (0.33, 0.67),
     b2 = (0.50, 0.50).
 

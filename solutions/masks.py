@@ -1,8 +1,8 @@
 """The causal mask.
 
 A language model predicts token t from tokens 0..t only, so query position i
-may attend to key positions j <= i and never to later ones. Tutorial 004
-builds the blocked part with `torch.triu(..., diagonal=1)`; this kit uses the
+may attend to key positions j <= i and never to later ones.
+《多头注意力：堆叠与权重分割》 builds the blocked part with `torch.triu(..., diagonal=1)`; this kit uses the
 opposite, equivalent polarity of torch.nn.functional.scaled_dot_product_attention:
 
     True = "may attend" (j <= i, the diagonal included), False = blocked.

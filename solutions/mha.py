@@ -1,6 +1,6 @@
 """Causal self-attention, stacked multi-head attention and fused multi-head attention.
 
-Tutorial 004 builds multi-head attention twice:
+《多头注意力：堆叠与权重分割》 builds multi-head attention twice:
 
 1. Stacked: a list of independent single heads (CausalAttention), run one
    after another, their outputs concatenated on the last dim. Simple, but it
@@ -10,7 +10,7 @@ Tutorial 004 builds multi-head attention twice:
    (B, H, T, head_dim) and one batched product `q @ k.transpose(2, 3)`
    scores all heads together. An output projection Wo mixes the heads.
 
-`d_out` follows tutorial 004 and so means two things under the same
+`d_out` follows 《多头注意力：堆叠与权重分割》 and so means two things under the same
 signature: in CausalAttention and StackedMultiHeadAttention it is the width
 of ONE head (the stacked output has H * d_out features); in
 MultiHeadAttention it is the TOTAL width, split over the heads
@@ -28,7 +28,7 @@ from torch import nn
 
 
 class CausalAttention(nn.Module):
-    """One causal self-attention head (tutorial 004's building block).
+    """One causal self-attention head (the building block of 《多头注意力：堆叠与权重分割》).
 
     Args:
         d_in: input features.
@@ -71,7 +71,7 @@ class CausalAttention(nn.Module):
 
 
 class StackedMultiHeadAttention(nn.Module):
-    """Multi-head attention as a stack of single heads (tutorial 004's MultiHeadAttentionStack).
+    """Multi-head attention as a stack of single heads (《多头注意力：堆叠与权重分割》's MultiHeadAttentionStack).
 
     Args:
         d_in, context_length, dropout, qkv_bias: as for CausalAttention.
@@ -102,7 +102,7 @@ class StackedMultiHeadAttention(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
-    """Fused multi-head attention (tutorial 004's MultiHeadAttention).
+    """Fused multi-head attention (《多头注意力：堆叠与权重分割》's MultiHeadAttention).
 
     Args:
         d_in: input features.

@@ -1,10 +1,11 @@
 """Splitting d_model into heads and merging them back.
 
 Each of the H heads gets head_dim = d_model // H features of every token
-(tutorial 004's head_dim; tutorial 000 calls it d_k). Tutorial 001 splits
-q1 = (1, 1, 0, 1) into (1, 1) for head 1 and (0, 1) for head 2: head h takes
-features h*head_dim : (h+1)*head_dim. Tutorials 000 and 004 do it for a
-whole batch with `view` then `transpose`:
+(the head_dim of 《多头注意力：堆叠与权重分割》; 《PyTorch快餐教程(5)》 calls it d_k).
+《Self-Attention详解》 splits q1 = (1, 1, 0, 1) into (1, 1) for head 1 and
+(0, 1) for head 2: head h takes features h*head_dim : (h+1)*head_dim.
+《PyTorch快餐教程(5)》 and 《多头注意力：堆叠与权重分割》 do it for a whole
+batch with `view` then `transpose`:
 
     (B, T, d_model) -view-> (B, T, H, head_dim) -transpose(1, 2)-> (B, H, T, head_dim)
 

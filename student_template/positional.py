@@ -1,7 +1,7 @@
 """Sinusoidal positional encoding.
 
-Attention by itself does not see the order of the tokens: tutorial 001 swaps
-a2 and a3 and b1 does not change (attention is permutation-equivariant). So a
+Attention by itself does not see the order of the tokens: 《Self-Attention详解》
+swaps a2 and a3 and b1 does not change (attention is permutation-equivariant). So a
 position code of the same shape is added to every token embedding. "Attention
 Is All You Need" uses fixed sinusoids, interleaved sin/cos:
 

@@ -194,8 +194,8 @@ LAYERS = [
       "autograder.graders", "autograder.graders.common", "autograder.graders.blame",
       "autograder.graders.test_attention", "autograder.graders.test_heads", "autograder.graders.test_masks",
       "autograder.graders.test_mha", "autograder.graders.test_positional"}),
-    ("the release step and the platforms: the student template, Gradescope, nbgrader",
-     {"autograder.release", "autograder.integrations", "autograder.integrations.gradescope",
+    ("the release step and the platforms: the student template and the tutorials it cites, Gradescope, nbgrader",
+     {"autograder.release", "autograder.tutorials", "autograder.integrations", "autograder.integrations.gradescope",
       "autograder.integrations.nbgrader_sync"}),
     ("the command line", {"autograder.cli", "autograder.__main__", "grader_cli"}),
 ]

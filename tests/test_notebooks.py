@@ -277,7 +277,7 @@ def test_notebook_04_plots_the_weights_the_students_forward_computed():
 
 
 def test_one_notation_for_the_width_of_a_head():
-    """head_dim everywhere a student reads (tutorial 004's name): no d_h, no hd, no d_k for the split."""
+    """head_dim everywhere a student reads (《多头注意力：堆叠与权重分割》's name): no d_h, no hd, no d_k for the split."""
     import re
 
     for path in sorted(TEMPLATE.iterdir()):
@@ -285,7 +285,7 @@ def test_one_notation_for_the_width_of_a_head():
             text = path.read_text()
             assert not re.search(r"\bd_h\b|\bhd\b|d_\{h\}", text), path.name
     heads = (TEMPLATE / "heads.py").read_text()
-    assert "d_k" not in heads.replace("tutorial 000 calls it d_k", ""), "heads.py: the split's width is head_dim"
+    assert "d_k" not in heads.replace("《PyTorch快餐教程(5)》 calls it d_k", ""), "heads.py: the split's width is head_dim"
     assert "(B, H, T, head_dim)" in heads
     readme = (TEMPLATE / "README.md").read_text()
     assert "| `head_dim` |" in readme and "`d_out`" in readme and "True means \"may attend\"" in readme

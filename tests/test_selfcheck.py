@@ -26,7 +26,7 @@ def test_missing_scaling_fails_with_exit_1(tmp_path):
     case = next(c for c in load_corpus()["bug"] if c.id == "attention-no-scaling")
     proc = check(materialize(case, tmp_path / case.id, SOLUTIONS))
     assert proc.returncode == 1
-    assert "FAIL  attention  tutorial 001" in proc.stdout
+    assert "FAIL  attention  《Self-Attention详解》" in proc.stdout
     assert "10 of 12 public checks passed" in proc.stdout
 
 

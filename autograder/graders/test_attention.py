@@ -80,10 +80,10 @@ def test_output_and_weights_shapes(student):
 
 @points(3, "worked-example")
 def test_worked_example_seed_001(student, record_property):
-    """reproduces tutorial 001: b1 = (0.33, 0.67), b2 = (0.50, 0.50)"""
+    """reproduces 《Self-Attention详解》: b1 = (0.33, 0.67), b2 = (0.50, 0.50)"""
     eye = torch.eye(2)  # K = V = I
     out, weights = run(student, SEED_001_Q, eye, eye)
-    record_property("heatmap", heatmap("tutorial 001: weights of q1, q2 over k1, k2", weights,
+    record_property("heatmap", heatmap("《Self-Attention详解》: weights of q1, q2 over k1, k2", weights,
                                        ref.scaled_dot_product_attention(SEED_001_Q, eye, eye)[1]))  # (2, 2)
     s = 1 / math.sqrt(2)  # scaled scores of q1: (0.71, 1.41)
     b1 = torch.softmax(torch.tensor([s, 2 * s]), dim=0)
@@ -91,7 +91,7 @@ def test_worked_example_seed_001(student, record_property):
     got = checks.shape(out, (2, 2), "output for q = [[1, 2], [1, 1]], K = V = I")
     if not torch.allclose(got.double(), expected.double(), atol=1e-4, rtol=0):
         variants = {n: o for n, (o, _) in diagnose.attention_variants(SEED_001_Q, eye, eye).items()}
-        raise AssertionError(f"tutorial 001: with q1 = (1, 2), q2 = (1, 1) and K = V = I, expected "
+        raise AssertionError(f"《Self-Attention详解》: with q1 = (1, 2), q2 = (1, 1) and K = V = I, expected "
                              f"b1, b2 = {checks.rows(expected)}, got {checks.rows(got)}"
                              + checks.likely_bug(got, variants, expected))
 

@@ -30,13 +30,13 @@ def test_split_shape(student):
 
 @points(2, "worked-example")
 def test_split_worked_example_seed_001(student):
-    """reproduces tutorial 001: q1 = (1, 1, 0, 1) gives (1, 1) to head 1 and (0, 1) to head 2"""
+    """reproduces 《Self-Attention详解》: q1 = (1, 1, 0, 1) gives (1, 1) to head 1 and (0, 1) to head 2"""
     q = torch.tensor([[[1.0, 1.0, 0.0, 1.0]]])  # (B=1, T=1, d_model=4)
     out, _ = split(student, q, 2)
     out = checks.shape(out, (1, 2, 1, 2), "split_heads(q (1, 1, 4), 2)", variants=diagnose.split_variants(q, 2))
     expected = torch.tensor([[1.0, 1.0], [0.0, 1.0]])  # head 1, head 2
     if not torch.equal(out[0, :, 0], expected):
-        raise AssertionError(f"tutorial 001: splitting q1 = (1, 1, 0, 1) over 2 heads should give head 1 "
+        raise AssertionError(f"《Self-Attention详解》: splitting q1 = (1, 1, 0, 1) over 2 heads should give head 1 "
                              f"(1, 1) and head 2 (0, 1), got {checks.rows(out[0, :, 0], 0)}"
                              + checks.likely_bug(out, diagnose.split_variants(q, 2), ref.split_heads(q, 2)))
 

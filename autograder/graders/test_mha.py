@@ -251,7 +251,7 @@ def test_stacked_shape(student):
 
 @points(2, "worked-example")
 def test_stacked_worked_example_seed_004(student):
-    """reproduces tutorial 004's stacked example, all six rows (the first is (0.1855, 0.8812, 1.3211, 0.8098))"""
+    """reproduces the stacked example of 《多头注意力：堆叠与权重分割》, all six rows (the first is (0.1855, 0.8812, 1.3211, 0.8098))"""
     g = seeded(123)  # torch.manual_seed(123), then W_query, W_key, W_value = torch.rand(3, 2) per head
     params = {f"heads.{h}.{name}.weight": torch.rand(3, 2, generator=g).T  # x @ W == Linear with weight W.T
               for h in range(2) for name in ("Wq", "Wk", "Wv")}
@@ -259,11 +259,12 @@ def test_stacked_worked_example_seed_004(student):
     remote.load(params)
     batch = torch.stack((SEED_004_INPUTS, SEED_004_INPUTS))  # (2, 6, 3)
     out, _ = forward(remote, batch)
-    out = checks.shape(out, (2, 6, 4), "the stacked output of tutorial 004")
+    out = checks.shape(out, (2, 6, 4), "the stacked output of 《多头注意力：堆叠与权重分割》")
     for b in range(2):
         if not torch.allclose(out[b], SEED_004_STACKED, atol=1e-4, rtol=0):
-            failure = AssertionError(f"tutorial 004 (stacked): expected rows {checks.rows(SEED_004_STACKED[:2])}..., "
-                                     f"got {checks.rows(out[b, :2])}... for batch item {b}")
+            failure = AssertionError(f"《多头注意力：堆叠与权重分割》 (stacked): expected rows "
+                                     f"{checks.rows(SEED_004_STACKED[:2])}..., got {checks.rows(out[b, :2])}... "
+                                     f"for batch item {b}")
             return unless_inherited(remote, batch, out, failure)
 
 
@@ -316,16 +317,16 @@ def test_fused_projections(student):
 
 @points(3, "worked-example")
 def test_fused_worked_example_seed_004(student):
-    """reproduces tutorial 004: torch.manual_seed(123); MultiHeadAttention(3, 4, 6, 0.0, 2)"""
+    """reproduces 《多头注意力：堆叠与权重分割》: torch.manual_seed(123); MultiHeadAttention(3, 4, 6, 0.0, 2)"""
     remote = student.new("mha", "MultiHeadAttention", 3, 4, 6, 0.0, 2, seed=123)
     batch = torch.stack((SEED_004_INPUTS, SEED_004_INPUTS))  # (2, 6, 3)
     out, _ = forward(remote, batch)
-    out = checks.shape(out, (2, 6, 4), "the fused output of tutorial 004")
+    out = checks.shape(out, (2, 6, 4), "the fused output of 《多头注意力：堆叠与权重分割》")
     for b in range(2):
         if not torch.allclose(out[b], SEED_004_FUSED, atol=1e-4, rtol=0):
             failure = AssertionError(
-                f"tutorial 004: expected first and last rows {checks.rows(SEED_004_FUSED[[0, -1]])}, got "
-                f"{checks.rows(out[b, [0, -1]])} for batch item {b}")
+                f"《多头注意力：堆叠与权重分割》: expected first and last rows {checks.rows(SEED_004_FUSED[[0, -1]])}, "
+                f"got {checks.rows(out[b, [0, -1]])} for batch item {b}")
             return unless_inherited(remote, batch, out, failure, also=lambda params: initial_weights(params, batch))
 
 
@@ -338,7 +339,8 @@ def initial_weights(params, x):
         return {}
     if order:
         name = (f"your layers are created in the order {', '.join(order)}: after torch.manual_seed(123) each "
-                "nn.Linear draws its initial weights when it is created, so create Wq, Wk, Wv, then Wo (tutorial 004)")
+                "nn.Linear draws its initial weights when it is created, so create Wq, Wk, Wv, then Wo "
+                "(《多头注意力：堆叠与权重分割》)")
     else:
         name = ("your initial weights are not those of torch.manual_seed(123) followed by nn.Linear(d_in, d_out) "
                 "for Wq, Wk, Wv and nn.Linear(d_out, d_out) for Wo, created in that order with their default "

@@ -100,7 +100,7 @@ SEED_004 = [[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],
 MASK = [[True, False, True, False], [True, True, False, False], [False, True, True, True], [True, True, True, True]]
 
 
-@check("attention", "tutorial 001: b1 = (0.33, 0.67), b2 = (0.50, 0.50)", "scaled_dot_product_attention")
+@check("attention", "《Self-Attention详解》: b1 = (0.33, 0.67), b2 = (0.50, 0.50)", "scaled_dot_product_attention")
 def _():
     import torch
     from attention import scaled_dot_product_attention
@@ -156,7 +156,7 @@ def _():
           "for every query", "a key mask of shape (S,) should broadcast over all queries")
 
 
-@check("heads", "tutorial 001: q1 = (1, 1, 0, 1) splits into (1, 1) and (0, 1)", "split_heads")
+@check("heads", "《Self-Attention详解》: q1 = (1, 1, 0, 1) splits into (1, 1) and (0, 1)", "split_heads")
 def _():
     import torch
     from heads import split_heads
@@ -214,7 +214,7 @@ def _():
     shape(mask, (5, 5), "causal_mask(5, device='meta')")
 
 
-@check("mha", "tutorial 004: fused MultiHeadAttention(3, 4, 6, 0.0, 2) after torch.manual_seed(123)",
+@check("mha", "《多头注意力：堆叠与权重分割》: fused MultiHeadAttention(3, 4, 6, 0.0, 2) after torch.manual_seed(123)",
        "MultiHeadAttention")
 def _():
     import torch
@@ -232,7 +232,7 @@ def _():
          + (f" (your layers were created in the order {order})" if order != ["Wq", "Wk", "Wv", "Wo"] else ""))
 
 
-@check("mha", "tutorial 004: stacked heads with W = torch.rand(3, 2) after torch.manual_seed(123), all six rows",
+@check("mha", "《多头注意力：堆叠与权重分割》: stacked heads with W = torch.rand(3, 2) after torch.manual_seed(123), all six rows",
        "StackedMultiHeadAttention CausalAttention")
 def _():
     import torch
