@@ -19,7 +19,7 @@ def check(path):
 def test_reference_passes_every_public_check():
     proc = check(SOLUTIONS)
     assert proc.returncode == 0, proc.stdout
-    assert "12 of 12 public checks passed" in proc.stdout
+    assert "15 of 15 public checks passed" in proc.stdout
 
 
 def test_missing_scaling_fails_with_exit_1(tmp_path):
@@ -27,13 +27,13 @@ def test_missing_scaling_fails_with_exit_1(tmp_path):
     proc = check(materialize(case, tmp_path / case.id, SOLUTIONS))
     assert proc.returncode == 1
     assert "FAIL  attention  《Self-Attention详解》" in proc.stdout
-    assert "10 of 12 public checks passed" in proc.stdout
+    assert "13 of 15 public checks passed" in proc.stdout
 
 
 def test_template_selfcheck_runs_in_the_students_folder():
     proc = subprocess.run([sys.executable, "selfcheck.py"], cwd=TEMPLATE, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1
-    assert "not implemented yet" in proc.stdout and "0 of 12 public checks passed" in proc.stdout
+    assert "not implemented yet" in proc.stdout and "0 of 15 public checks passed" in proc.stdout
 
 
 def test_selfcheck_holds_no_hidden_grader_and_no_solution():

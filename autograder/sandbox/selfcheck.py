@@ -4,8 +4,9 @@
     python selfcheck.py PATH       (or point it at that folder)
 
 It runs what the notebooks' self-check cells run, on your .py files: the
-tutorials' worked examples, the shapes, attention with a mask, the causal
-mask, causality and the meta device, and the positional table. It prints
+tutorials' worked examples, the shapes, attention with a mask and with a
+dropout module, the causal mask, causality, float64 and the meta device,
+the contract's ValueErrors, and the positional table and its buffer. It prints
 what passed and, for a failure, what was expected, what came back and the
 notebook's hint; it exits 1 when a check fails. A failure names the line of
 your code to look at: the line that raised, or, when your code ran but gave
@@ -94,6 +95,15 @@ def holds(condition, message, hint=None, subject=None):
         raise Failed(message, hint, subject)
 
 
+def raises_value_error(call, what, why):
+    """`call()` must raise ValueError (`why`: the contract's reason)."""
+    try:
+        call()
+    except ValueError:
+        return
+    raise Failed(f"{what} should raise ValueError: {why}")
+
+
 SEED_004 = [[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],
             [0.22, 0.58, 0.33], [0.77, 0.25, 0.10], [0.05, 0.80, 0.55]]
 # A (4, 4) mask, True = may attend (01_attention.ipynb's): the same for every batch and head.
@@ -156,6 +166,35 @@ def _():
           "for every query", "a key mask of shape (S,) should broadcast over all queries")
 
 
+@check("attention", "the dropout module acts on the weights; float64 stays float64, inputs untouched, output on "
+       "the inputs' device (meta)", "scaled_dot_product_attention")
+def _():
+    import torch
+    from attention import scaled_dot_product_attention
+
+    class Halve(torch.nn.Module):  # a stand-in for dropout that is easy to check
+        def forward(self, weights):
+            return weights / 2
+
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 7)  # L = 3, S = 5, d_k = 4, d_v = 7
+    out, weights = scaled_dot_product_attention(q, k, v)
+    out_h, weights_h = scaled_dot_product_attention(q, k, v, dropout=Halve())
+    near(weights_h, (weights / 2).tolist(), "the weights with a dropout module that halves them",
+         "the dropout module should be applied to the weights after the softmax", tol=1e-6)
+    near(out_h, (weights_h @ v).tolist(), "the output with that dropout module",
+         "the weights after dropout are the ones that multiply value", tol=1e-6)
+    q64, k64, v64 = q.double(), k.double(), v.double()
+    saved = [t.clone() for t in (q64, k64, v64)]
+    out64, weights64 = scaled_dot_product_attention(q64, k64, v64)
+    holds(out64.dtype == weights64.dtype == torch.float64,
+          f"float64 inputs should give float64 outputs, got {out64.dtype} and {weights64.dtype}")
+    holds(all(torch.equal(t, c) for t, c in zip((q64, k64, v64), saved)), "the inputs were modified in place",
+          "compute new tensors (out-of-place operations)")
+    out_meta, _ = scaled_dot_product_attention(q.to("meta"), k.to("meta"), v.to("meta"))
+    holds(out_meta.device.type == "meta", f"the output should live on the inputs' device (meta), got {out_meta.device}",
+          "create no tensor on a fixed device")
+
+
 @check("heads", "《Self-Attention详解》: q1 = (1, 1, 0, 1) splits into (1, 1) and (0, 1)", "split_heads")
 def _():
     import torch
@@ -187,6 +226,20 @@ def _():
          "(2, 3, 5, 4) tensor", "head h should land in features h*head_dim:(h+1)*head_dim", tol=1e-6)
 
 
+@check("heads", "split_heads raises ValueError when num_heads does not divide d_model; float64 and meta kept",
+       "split_heads merge_heads")
+def _():
+    import torch
+    from heads import merge_heads, split_heads
+
+    raises_value_error(lambda: split_heads(torch.zeros(1, 2, 10), 3), "split_heads(x with d_model = 10, 3)",
+                       "3 heads do not divide 10 features")
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    holds(split_heads(x, 3).dtype == merge_heads(split_heads(x, 3)).dtype == torch.float64,
+          "split and merge should keep float64")
+    holds(split_heads(x.float().to("meta"), 3).device.type == "meta", "split_heads should keep the meta device")
+
+
 @check("masks", f"causal_mask(4): bool, lower triangle with the diagonal ({MASK_LEGEND})", "causal_mask")
 def _():
     import torch
@@ -212,6 +265,30 @@ def _():
     holds(mask.device.type == "meta", f"causal_mask(5, device='meta') should be on the meta device, got {mask.device}",
           "build the mask on `device` (torch.ones(..., dtype=torch.bool, device=device))")
     shape(mask, (5, 5), "causal_mask(5, device='meta')")
+
+
+@check("mha", "CausalAttention(3, 2, 6): nn.Linear Wq, Wk, Wv without bias; token 0 sees only itself; shorter "
+       "inputs work", "CausalAttention")
+def _():
+    import torch
+    from mha import CausalAttention
+
+    torch.manual_seed(0)
+    head = CausalAttention(3, 2, 6)
+    batch = torch.tensor([SEED_004, SEED_004])
+    with torch.no_grad():
+        out = head(batch)
+        shape(out, (2, 6, 2), "CausalAttention(3, 2, 6) on the tutorial's batch (2, 6, 3)")
+        for name in ("Wq", "Wk", "Wv"):
+            layer = getattr(head, name, None)
+            holds(isinstance(layer, torch.nn.Linear), f"CausalAttention needs an nn.Linear attribute named {name}")
+            holds(tuple(layer.weight.shape) == (2, 3) and layer.bias is None,
+                  f"{name} should be nn.Linear(3, 2, bias=False)")
+        near(out[:, 0], head.Wv(batch[:, 0]).tolist(), "the output at token 0",
+             "the first token may only attend to itself, so its output should be its own value vector", tol=1e-6)
+        near(head(batch[:, :4]), out[:, :4].tolist(), "the output for the first 4 tokens alone",
+             "a shorter input (T = 4 < context_length = 6) should work too: slice the mask to (T, T)", tol=1e-6)
+    holds(CausalAttention(3, 2, 6, qkv_bias=True).Wq.bias is not None, "qkv_bias=True should give Wq, Wk, Wv a bias")
 
 
 @check("mha", "《多头注意力：堆叠与权重分割》: fused MultiHeadAttention(3, 4, 6, 0.0, 2) after torch.manual_seed(123)",
@@ -253,7 +330,7 @@ def _():
          "(sqrt(d_k)) and the mask")
 
 
-@check("mha", "all three modules are causal and follow .to('meta')",
+@check("mha", "all three modules are causal and follow .to('meta'); num_heads must divide d_out",
        "CausalAttention StackedMultiHeadAttention MultiHeadAttention")
 def _():
     import torch
@@ -272,6 +349,8 @@ def _():
             holds(torch.allclose(before[:, :4], after[:, :4], atol=1e-6),
                   f"{name} is not causal: changing tokens 4 and 5 changed the outputs at positions 0..3",
                   "position i may only attend to positions j <= i (the mask: True = may attend)", name)
+    raises_value_error(lambda: MultiHeadAttention(3, 10, 6, 0.0, 3), "MultiHeadAttention(3, 10, 6, 0.0, 3)",
+                       "3 heads do not divide d_out = 10")
     for name, module in modules.items():
         module.to("meta")
         out = module(torch.randn(2, 5, 3, device="meta"))
@@ -279,7 +358,8 @@ def _():
               f"is on {out.device}", "is the mask a buffer? nothing may be created on a fixed device", name)
 
 
-@check("positional", "sinusoidal_encoding(4, 8): position 0 = (0, 1, 0, 1, ...), PE[1, :2] = (sin 1, cos 1)",
+@check("positional", "sinusoidal_encoding(4, 8): position 0 = (0, 1, 0, 1, ...), PE[1, :2] = (sin 1, cos 1); "
+       "an odd d_model raises ValueError",
        "sinusoidal_encoding")
 def _():
     from positional import sinusoidal_encoding
@@ -290,9 +370,11 @@ def _():
          tol=1e-5)
     near(pe[1:2, :2], [[math.sin(1.0), math.cos(1.0)]], "PE[1, 0], PE[1, 1]",
          "PE[1, 0] should be sin(1) = 0.8415 and PE[1, 1] cos(1) = 0.5403")
+    raises_value_error(lambda: sinusoidal_encoding(4, 5), "sinusoidal_encoding(4, 5)", "d_model must be even")
 
 
-@check("positional", "PositionalEncoding(16, max_len=50): a buffer `pe` of (50, 16), forward(x) = x + pe[:T]",
+@check("positional", "PositionalEncoding(16, max_len=50): a buffer `pe` of (50, 16), forward(x) = x + pe[:T], "
+       "then dropout; it follows .to('meta')",
        "PositionalEncoding")
 def _():
     import torch
@@ -308,6 +390,12 @@ def _():
     x = torch.randn(2, 7, 16)
     near(layer(x), (x + sinusoidal_encoding(7, 16)).tolist(), "forward(x) for x (2, 7, 16)",
          "forward(x) should be x + pe[:T]", tol=1e-6)
+    dropped = PositionalEncoding(16, max_len=50, dropout=1.0).train()(x)
+    holds(torch.equal(dropped, torch.zeros_like(x)), "PositionalEncoding(16, max_len=50, dropout=1.0) in training "
+          "mode should zero everything", "apply dropout after the addition")
+    moved = PositionalEncoding(16, max_len=50).to("meta")
+    holds(moved(x.to("meta")).device.type == "meta", "PositionalEncoding should follow .to('meta')",
+          "keep the table as a buffer: it moves with .to(device)")
 
 
 _NOTEBOOK_MODULE = re.compile(r'"""\w+\.py, taken from (.+?): ')
