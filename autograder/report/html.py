@@ -17,7 +17,7 @@ import io
 import json
 import re
 
-from autograder.report.model import PRINTED_TITLE, GradeReport, safe_line, safe_text
+from autograder.report.model import PRINTED_TITLE, GradeReport, entries, safe_line, safe_text
 from autograder.scoring import fmt
 
 _MARKDOWN_PUNCTUATION = re.compile(r"[!-/:-@\[-`{-~]")
@@ -52,15 +52,18 @@ def to_markdown(report: GradeReport) -> str:
     failed = report.failed() if report.status != "empty" else []  # empty: the reason above says it all
     if failed:
         lines += ["", "## What to fix", ""]
-        for t in failed:
-            lines += [f"### {t.module}: {safe_line(t.name)} (-{_cost(report, t)})", "", *_fenced(t.message), ""]
+        for e in entries(failed, report.tests):
+            lost = fmt(sum(report.check_figures(t)[1] for t in e.tests))
+            title = f"{e.module}: {e.message} ({len(e.tests)} checks)" if e.module else \
+                f"{e.test.module}: {safe_line(e.test.name)}"
+            lines += [f"### {title} (-{lost})", "", *([] if e.module else _fenced(e.message)), ""]
     elif report.status == "graded" and report.tests:
         lines += ["", "Every check passed."]
     noted = report.noted()
     if noted:
         lines += ["", "## Passed, with a note", ""]
-        for t in noted:
-            lines += [f"### {t.module}: {safe_line(t.name)}", "", *_fenced(t.message), ""]
+        for e in entries(noted, report.tests):
+            lines += [f"### {e.test.module}: {safe_line(e.test.name)}", "", *_fenced(e.message), ""]
     skipped = report.skipped()
     if skipped:
         lines += ["", f"_Not graded on this machine: {len(skipped)} checks that need CUDA._"]
@@ -207,12 +210,23 @@ def _cost(report, t) -> str:
     return fmt(report.check_figures(t)[1])
 
 
-def _check(t, heading="h3", report=None) -> str:
-    """One check: its module and name, the points it cost, its message, and its picture."""
+def _check(t, heading="h3", report=None, message=None) -> str:
+    """One check: its module and name, the points it cost, its message (`message` in its place: one message
+    per cause, report.model.entries), and its picture."""
     cost = (f" <span class='bad'>(-{_cost(report, t) if report else f'{t.points:g}'})</span>"
             if t.status == "failed" else "")
-    message = f"<pre>{_e(t.message)}</pre>" if t.message else ""
+    message = t.message if message is None else message
+    message = f"<pre>{_e(message)}</pre>" if message else ""
     return f"<{heading}>{_e(t.module)}: {_code_spans(t.name)}{cost}</{heading}>{message}{_picture(t)}"
+
+
+def _entry(e, report=None) -> str:
+    """One entry of a listing: a check (report.model.entries), or a module not started, in one heading."""
+    if not e.module:
+        return _check(e.test, report=report, message=e.message)
+    lost = fmt(sum(report.check_figures(t)[1] for t in e.tests)) if report else ""
+    return (f"<h3>{_e(e.module)}: {_e(e.message)} ({len(e.tests)} checks)"
+            + (f" <span class='bad'>(-{lost})</span>" if lost else "") + "</h3>")
 
 
 def to_html(report: GradeReport) -> str:
@@ -237,11 +251,11 @@ def to_html(report: GradeReport) -> str:
         parts.append("<h2>What to fix</h2>")
     elif report.status == "graded" and report.tests:
         parts.append("<p class='ok'>Every check passed.</p>")
-    parts += [_check(t, report=report) for t in failed]
+    parts += [_entry(e, report) for e in entries(failed, report.tests)]
     noted = report.noted()
     if noted:
         parts.append("<h2>Passed, with a note</h2>")
-        parts += [_check(t) for t in noted]
+        parts += [_entry(e) for e in entries(noted, report.tests)]
     passed = [t for t in report.tests if t.status == "passed" and not t.message]
     if passed:
         parts.append(f"<details><summary>Passed checks ({len(passed)})</summary><ul>"

@@ -88,14 +88,95 @@ PRINTED_TAIL = 1500
 PRINTED_TITLE = f"Printed output (the last {PRINTED_TAIL} characters at most)"
 
 
-def _listing(title, tests, suffix):
-    """Text report lines for `tests` under `title`: each check's name, then its message indented ([] if none)."""
+# -- one message per cause --------------------------------------------------------------------------
+# A fault often fails several checks with one message: a crash inside merge_heads fails every check that runs
+# the module, the same traceback each time; a fault inherited by a module is the same note under each of its
+# checks. Each format shows such a message once, at the first check, with how many more share it; the
+# others name that check. A module whose every check failed because nothing in it is written yet is one line.
+_FRAME = re.compile(r'\s*File "')
+NOT_STARTED = "not started: every function still raises NotImplementedError"
+
+
+def cause(message: str) -> str:
+    """What the messages of checks that fail for one reason share: an error's own text and the line that raised
+    it (the call that met it, and the frames that led there, differ from check to check: a crash inside
+    merge_heads is one cause, met in the heads checks and again through the MHA), else the "Likely bug" lines,
+    else the whole message."""
+    lines = str(message).splitlines()
+    frames = [i for i, line in enumerate(lines) if _FRAME.match(line)]
+    if frames:
+        error = next((line.split(" raised ", 1)[1] for line in reversed(lines[:frames[0]]) if " raised " in line), "")
+        return "\n".join([error, *(line.strip() for line in lines[frames[-1]:])])
+    likely = [line for line in lines if line.startswith("Likely bug: ")]
+    return "\n".join(likely) if likely else str(message).strip()
+
+
+def not_started(tests) -> list[str]:
+    """The modules of `tests` (one report's) whose every check failed on a NotImplementedError: not started."""
+    by_module: dict[str, list] = {}
+    for t in tests:
+        if t.status != "skipped":
+            by_module.setdefault(t.module, []).append(t)
+    return [m for m, ts in by_module.items()
+            if all(t.status == "failed" and "NotImplementedError" in t.message for t in ts)]
+
+
+@dataclass
+class Entry:
+    """One entry of a listing of checks: a check and the message shown under it, or a module not started."""
+
+    tests: list  # the checks it stands for: one, or every check of a module not started
+    message: str  # what to show under it (may be "")
+    module: str = ""  # set for a module not started
+
+    @property
+    def test(self):
+        return self.tests[0]
+
+
+def entries(tests, everything=None) -> list[Entry]:
+    """`tests` as a listing shows them: one entry per module not started (judged on `everything`, the report's
+    checks, when `tests` are some of them), then each check with its message, a message shared by several
+    checks (the same cause) in full at the first only."""
+    skip = set(not_started(tests if everything is None else everything))
+    out = [Entry([t for t in tests if t.module == m], NOT_STARTED, module=m) for m in dict.fromkeys(
+        t.module for t in tests) if m in skip]
+    first: dict[str, object] = {}
+    count: dict[str, int] = {}
+    rest = [t for t in tests if t.module not in skip]
+    for t in rest:
+        key = cause(t.message) if t.message else ""
+        if key:
+            first.setdefault(key, t)
+            count[key] = count.get(key, 0) + 1
+    for t in rest:
+        key = cause(t.message) if t.message else ""
+        if not key:
+            out.append(Entry([t], ""))
+        elif first[key] is t:
+            more = count[key] - 1
+            out.append(Entry([t], t.message.rstrip("\n") + (f"\n(and {more} more check{'s' * (more > 1)}, same "
+                                                              "cause)" if more else "")))
+        else:
+            f = first[key]
+            out.append(Entry([t], f"Same cause as [{f.module}] {f.name}, above."))
+    return out
+
+
+def _listing(title, tests, everything, cost=None):
+    """Text report lines for `tests` under `title`: each check's name (and what it cost, `cost(t)`), then its
+    message indented, one message per cause (`entries`); [] when there is no check."""
     if not tests:
         return []
     lines = ["", f"{title} ({len(tests)}):"]
-    for t in tests:
-        lines.append(f"  [{t.module}] {safe_line(t.name)}{suffix(t)}")
-        lines.append("      " + safe_text(t.message.rstrip("\n"), "      "))
+    for e in entries(tests, everything):
+        lost = f"  (-{fmt(sum(cost(t) for t in e.tests))})" if cost else ""
+        if e.module:
+            lines.append(f"  [{e.module}] {e.message} ({len(e.tests)} checks){lost}")
+            continue
+        lines.append(f"  [{e.test.module}] {safe_line(e.test.name)}{lost}")
+        if e.message:
+            lines.append("      " + safe_text(e.message, "      "))
     return lines
 
 
@@ -319,8 +400,8 @@ class GradeReport:
             lines += ["", f"Files not graded ({len(self.notes)}):", *(f"  {safe_line(n)}" for n in self.notes)]
         cost = {id(t): mx for t, (_, mx) in zip(self.tests, fig.checks)}
         if self.status != "empty":  # nothing to grade: the reason above says it, not every check again
-            lines += _listing("Failed checks", self.failed(), lambda t: f"  (-{fmt(cost[id(t)])})")
-        lines += _listing("Passed, with a note", self.noted(), lambda t: "")
+            lines += _listing("Failed checks", self.failed(), self.tests, lambda t: cost[id(t)])
+        lines += _listing("Passed, with a note", self.noted(), self.tests)
         skipped = self.skipped()
         if skipped:
             pts = sum(t.points for t in skipped)
