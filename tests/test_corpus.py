@@ -37,8 +37,11 @@ def test_planted_bug_loses_points_in_its_own_module_only(case, tmp_path, warm_se
     modules = report.modules()
     earned, available = modules[case.module]
     assert earned < available, f"{case.id} ({case.description}) lost no points in {case.module}"
+    elsewhere = [f"{t.module}/{t.id}" for t in report.failed() if t.module != case.module]
+    assert sorted(elsewhere) == sorted(case.also_fails), (
+        f"{case.id} also failed {elsewhere} (expected {list(case.also_fails) or 'none'})")
     others = {m: s for m, s in modules.items() if m != case.module and s[0] != s[1]}
-    assert not others, f"{case.id} also lost points in {others}"
+    assert not others or case.also_fails, f"{case.id} also lost points in {others}"
     for t in report.failed():
         assert t.message, t.id
     printed = likely_bugs(report)

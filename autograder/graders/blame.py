@@ -20,10 +20,12 @@ Shapes: x (B, T, d_in); q, k, v (B, T, d_out) per head (CausalAttention) or
 from __future__ import annotations
 
 import itertools
+import re
 
 import torch
 import torch.nn.functional as F
 
+from autograder.sandbox import standin
 from autograder.sandbox.errors import StudentError
 from solutions import attention as ref_attention
 from solutions import heads as ref_heads
@@ -94,7 +96,7 @@ def _linear(params, name, x):
 
 def _causal(params, x, parts, prefix=""):
     q, k, v = (_linear(params, f"{prefix}W{p}", x) for p in "qkv")  # (B, T, d_out) each
-    return parts.attention(q, k, v, parts.mask(x.shape[1]))  # (B, T, d_out)
+    return parts.attention(q, k, v, parts.mask(x.shape[1]).to(x.device))  # (B, T, d_out)
 
 
 def _stacked(params, x, parts, num_heads):
@@ -103,7 +105,7 @@ def _stacked(params, x, parts, num_heads):
 
 def _fused(params, x, parts, num_heads):
     q, k, v = (parts.split(_linear(params, f"W{p}", x), num_heads) for p in "qkv")  # (B, H, T, head_dim)
-    context = parts.attention(q, k, v, parts.mask(x.shape[1]))  # (B, H, T, head_dim)
+    context = parts.attention(q, k, v, parts.mask(x.shape[1]).to(x.device))  # (B, H, T, head_dim)
     return _linear(params, "Wo", parts.merge(context))  # (B, T, d_out)
 
 
@@ -179,3 +181,96 @@ def note(remote, parts) -> str:
     modules = sorted({PARTS[p][0] for p in parts})
     return (f"Your {remote.name} is right given its parts; it inherits the fault of your {describe(parts)}: "
             f"see the {' and '.join(modules)} checks, where those points are lost (once).")
+
+
+# -- a part that crashes -----------------------------------------------------------------------------------
+# When the module raises inside one of the student's parts (merge_heads without .contiguous(), say), the module
+# is run again with that part stood in for: in the student process, a stand-in answers the reference's output
+# for exactly the inputs the reference wiring gives that part here, with the student's other parts, and for no
+# other input (autograder/sandbox/standin.py seals each answer with its input). The module then passes a check
+# only if its output is right given a working part; the crash is charged in the part's own module, once.
+_FRAME = re.compile(r'File "([^"\n]+)", line (\d+), in (\S+)')
+
+
+def crashed_part(error, module, name):
+    """(part, line) when `error` (a StudentError) was raised inside the student's part called by the module
+    `name` of `module`.py: the frame right after the module's own last one is that part's function, and `line`
+    is where in the part's file it raised. None otherwise."""
+    if not isinstance(error, StudentError) or error.kind != "raised":
+        return None
+    frames = _FRAME.findall(error.traceback or "")
+    own = [i for i, (file, _, _) in enumerate(frames) if file == f"{module}.py"]
+    if not own or own[-1] + 1 >= len(frames):
+        return None
+    file, _, function = frames[own[-1] + 1]
+    for part in USED_BY.get(name, ()):
+        if (file, function) == (f"{PARTS[part][0]}.py", PARTS[part][1]):
+            line = next(int(n) for f, n, _ in reversed(frames) if f == file)
+            return part, line
+    return None
+
+
+class _Recording(Parts):
+    """The student's parts in `use`, the reference's for the others; the calls of `crashed` (a reference step)
+    sealed with their arguments, for its stand-in."""
+
+    def __init__(self, student, use, crashed):
+        super().__init__(student, use)
+        self.crashed, self.answers = crashed, []
+
+    def _step(self, part, *args):
+        if part == self.crashed:
+            self.answers.append(standin.seal(PARTS[part], args, {}, REFERENCE[part](*args)))
+        return super()._step(part, *args)
+
+
+def _spec(part, answers):
+    module, name = PARTS[part]
+    return [{"module": module, "name": name, "answers": answers}]
+
+
+def note_crash(name, part, line):
+    """What the report says of a check graded with a stand-in for the student's crashing part."""
+    module, function = PARTS[part]
+    return (f"Your {name} crashed inside your {function} ({module}.py, line {line}); it is graded as if "
+            f"{function} worked (the grader stood in for it, with the reference's answers for the inputs it "
+            f"should get): see the {module} checks, where that fault costs points (once).")
+
+
+def stand_in_forward(remote, x, error, call):
+    """`call(stand_ins)`: the forward of `remote` on `x` again, with the student's part that raised `error`
+    stood in for; (its value, the note) or None when the error is not a crash inside a part, or no stand-in
+    helps (the student's other parts break too, or the module gives the part other inputs)."""
+    crashed = crashed_part(error, remote.module, remote.name)
+    if crashed is None:
+        return None
+    part, line = crashed
+    try:
+        state = remote.state()
+    except StudentError:
+        return None
+    params = {k: v.detach().to(x.dtype) for k, v in state.get("parameters", {}).items()}
+    num_heads = _num_heads(remote.name, params, getattr(remote, "args", ()), getattr(remote, "kwargs", {}))
+    if not num_heads:
+        return None
+    parts = _Recording(remote.sandbox, [p for p in USED_BY[remote.name] if p != part], part)
+    try:
+        with torch.no_grad():
+            _wiring(remote.name, params, num_heads)(x, parts)
+        value = call(_spec(part, parts.answers))
+    except (_Broken, StudentError, KeyError, RuntimeError, ValueError, TypeError, standin.NoAnswer):
+        return None
+    return value, note_crash(remote.name, part, line)
+
+
+def stand_in_construction(module, name, args, kwargs, error):
+    """The stand-ins that build the module `name` when its constructor raised `error` inside the student's
+    causal_mask (the contract's mask buffer, causal_mask(context_length)), and the note; None otherwise."""
+    crashed = crashed_part(error, module, name)
+    if crashed is None or crashed[0] != "mask":
+        return None
+    context_length = kwargs.get("context_length", args[2] if len(args) > 2 else None)
+    if not isinstance(context_length, int):
+        return None
+    answer = standin.seal(PARTS["mask"], (context_length,), {}, REFERENCE["mask"](context_length))
+    return _spec("mask", [answer]), note_crash(name, "mask", crashed[1])

@@ -19,17 +19,48 @@ MATMUL_OPS = {
 }
 
 
+def new(student, name, *args, **kwargs):
+    """The student's module `name` built with these args; when its constructor crashes inside the student's
+    causal_mask, built again with a stand-in for it, and a note (graders/blame.py: charged once, in masks)."""
+    try:
+        return student.new("mha", name, *args, **kwargs)
+    except StudentError as exc:
+        again = blame.stand_in_construction("mha", name, args, kwargs, exc)
+        if again is None:
+            raise
+        stand_ins, note = again
+        remote = student.new("mha", name, *args, stand_ins=stand_ins, **kwargs)
+        checks.note(note)
+        return remote
+
+
 def build(student, name, *args, **kwargs):
     """The student's module `name`, holding the weights of the reference module built with the same args."""
     manual_seed(0)
     reference = getattr(ref, name)(*args, **kwargs).eval()
-    remote = student.new("mha", name, *args, **kwargs)
+    remote = new(student, name, *args, **kwargs)
     remote.load(params_of(reference))
     return remote, reference
 
 
+def run(remote, x, **kw):
+    """remote(x, **kw): (value, args after); when the module crashes inside one of the student's parts, the
+    same forward with a stand-in for that part, and a note (graders/blame.py: charged once, in the part's
+    module). `remote.stood_in` then names the part."""
+    try:
+        return remote(x, **kw)
+    except StudentError as exc:
+        again = blame.stand_in_forward(remote, x, exc, lambda stand_ins: remote(x, stand_ins=stand_ins, **kw))
+        if again is None:
+            raise
+        value, note = again
+        checks.note(note)
+        remote.stood_in = blame.crashed_part(exc, remote.module, remote.name)[0]
+        return value
+
+
 def forward(remote, x, **kw):
-    value, after = remote(x, **kw)
+    value, after = run(remote, x, **kw)
     return checks.tensor(value, f"{remote.name}.forward(x {tuple(x.shape)})"), after
 
 
@@ -123,6 +154,8 @@ def check_dropout_on_weights(remote, reference, d_in, block, what, p=0.5):
         v0 = reference(x)[:, 0]  # (B, features): each head's v0, the output at token 0 in eval mode
     if expect_same(remote, reference, x, f"in eval mode with dropout={p} (dropout must not act in eval mode)"):
         return  # its output inherits a fault of its parts: the evidence below depends on them (see the note)
+    if getattr(remote, "stood_in", None):
+        return  # a stand-in for a part that crashes answers the eval-mode inputs only: no evidence here (the note)
     got, _ = forward(remote, x, train=True, seed=5)
     got = checks.shape(got, tuple(reference(x).shape), f"{what} output in training mode")
     heads = got[:, 0].reshape(x.shape[0], -1, block)  # (B, heads, block) at token 0
@@ -152,7 +185,7 @@ def check_dropout_on_weights(remote, reference, d_in, block, what, p=0.5):
 def check_meta(remote, d_in, d_out, what):
     remote.to(device="meta")
     hint = left_behind(remote, "meta")
-    out, _ = checks.with_hint(lambda: remote(randn(2, 5, d_in).to("meta")), on_device_error(hint))
+    out, _ = checks.with_hint(lambda: run(remote, randn(2, 5, d_in).to("meta")), on_device_error(hint))
     out = checks.shape(out, (2, 5, d_out), f"{what} output on meta")
     checks.device(out, "meta", f"{what} output", hint)
 
@@ -182,7 +215,7 @@ def check_device(student, device):
         remote, reference = build(student, name, *args)
         remote.to(device=device)
         hint = left_behind(remote, device)
-        out, _ = checks.with_hint(lambda: remote(x.to(device)), on_device_error(hint))
+        out, _ = checks.with_hint(lambda: run(remote, x.to(device)), on_device_error(hint))
         with torch.no_grad():
             checks.close(checks.device(out, device, f"{name} output", hint).cpu(), reference(x),
                          f"{name} output on {device}")
@@ -203,7 +236,7 @@ def test_causal_attention_shape(student):
 def test_causal_attention_projections(student):
     """CausalAttention has nn.Linear projections Wq, Wk, Wv (d_in -> d_out), with biases when qkv_bias=True"""
     for bias in (False, True):
-        remote = student.new("mha", "CausalAttention", 3, 4, 8, qkv_bias=bias)
+        remote = new(student, "CausalAttention", 3, 4, 8, qkv_bias=bias)
         check_structure(remote, ref.CausalAttention(3, 4, 8, qkv_bias=bias), f"CausalAttention(3, 4, 8, qkv_bias={bias})")
 
 
@@ -255,7 +288,7 @@ def test_stacked_worked_example_seed_004(student):
     g = seeded(123)  # torch.manual_seed(123), then W_query, W_key, W_value = torch.rand(3, 2) per head
     params = {f"heads.{h}.{name}.weight": torch.rand(3, 2, generator=g).T  # x @ W == Linear with weight W.T
               for h in range(2) for name in ("Wq", "Wk", "Wv")}
-    remote = student.new("mha", "StackedMultiHeadAttention", 3, 2, 6, 0.0, 2)
+    remote = new(student, "StackedMultiHeadAttention", 3, 2, 6, 0.0, 2)
     remote.load(params)
     batch = torch.stack((SEED_004_INPUTS, SEED_004_INPUTS))  # (2, 6, 3)
     out, _ = forward(remote, batch)
@@ -277,7 +310,7 @@ def test_stacked_values(student):
 @points(2, "structure")
 def test_stacked_heads_are_independent(student):
     """StackedMultiHeadAttention keeps num_heads independent CausalAttention heads in `heads`"""
-    remote = student.new("mha", "StackedMultiHeadAttention", 3, 2, 6, 0.0, 3)
+    remote = new(student, "StackedMultiHeadAttention", 3, 2, 6, 0.0, 3)
     state = check_structure(remote, ref.StackedMultiHeadAttention(3, 2, 6, 0.0, 3),
                             "StackedMultiHeadAttention(3, 2, 6, 0.0, 3)")
     names, unique = state["parameter_names"], state["parameters"]
@@ -309,7 +342,7 @@ def test_fused_shape(student):
 def test_fused_projections(student):
     """MultiHeadAttention has Wq, Wk, Wv (d_in -> d_out) and Wo (d_out -> d_out, with bias)"""
     for bias in (False, True):
-        remote = student.new("mha", "MultiHeadAttention", 3, 4, 6, 0.0, 2, qkv_bias=bias)
+        remote = new(student, "MultiHeadAttention", 3, 4, 6, 0.0, 2, qkv_bias=bias)
         check_structure(remote, ref.MultiHeadAttention(3, 4, 6, 0.0, 2, qkv_bias=bias),
                         f"MultiHeadAttention(3, 4, 6, 0.0, 2, qkv_bias={bias})")
 
@@ -317,7 +350,7 @@ def test_fused_projections(student):
 @points(3, "worked-example")
 def test_fused_worked_example_seed_004(student):
     """reproduces tutorial 004: torch.manual_seed(123); MultiHeadAttention(3, 4, 6, 0.0, 2)"""
-    remote = student.new("mha", "MultiHeadAttention", 3, 4, 6, 0.0, 2, seed=123)
+    remote = new(student, "MultiHeadAttention", 3, 4, 6, 0.0, 2, seed=123)
     batch = torch.stack((SEED_004_INPUTS, SEED_004_INPUTS))  # (2, 6, 3)
     out, _ = forward(remote, batch)
     out = checks.shape(out, (2, 6, 4), "the fused output of tutorial 004")
@@ -365,7 +398,7 @@ def test_fused_equals_stacked_with_same_head_weights(student):
               for p in "qkv"}
     params["Wo.weight"] = torch.eye(H * head_dim)
     params["Wo.bias"] = torch.zeros(H * head_dim)
-    remote = student.new("mha", "MultiHeadAttention", d_in, H * head_dim, 8, 0.0, H)
+    remote = new(student, "MultiHeadAttention", d_in, H * head_dim, 8, 0.0, H)
     remote.load(params)
     x = randn(2, 7, d_in)
     got, _ = forward(remote, x)
@@ -473,7 +506,19 @@ UNVERIFIED = ("not timed: the timed forward passes of MultiHeadAttention did not
 
 def speedup_measurement(student, record_property):
     """The measurement the structure and speedup checks share; its figures and seeds go into the report."""
-    result, parts = timing.grade_speedup(student), None
+    try:
+        result, parts = timing.grade_speedup(student), None
+    except StudentError as exc:
+        crashed = blame.crashed_part(exc, "mha", "MultiHeadAttention")
+        if crashed is None:
+            raise
+        module, function = blame.PARTS[crashed[0]]
+        # Not stood in for, unlike the value checks: a stand-in is the grader's code, and timing it would
+        # let a crash that costs a part's few points buy the speed points of a module that was never timed.
+        raise AssertionError(
+            f"not timed: your MultiHeadAttention crashed inside your {function} ({module}.py, line {crashed[1]}); "
+            f"speed is timed on your own code alone, so these points wait until {function} works (see the "
+            f"{module} checks)") from None
     if not result.verified:
         parts = inherited_in_timing(student, result)
         if parts and not timing.times_pass(result):  # one round, then stopped: measure it as a correct module

@@ -429,11 +429,12 @@ class Sandbox:
                               name=name, args=list(args), kwargs=kwargs, seed=seed, capture_args=capture_args)
         return answer.get("value"), answer.get("args_after")
 
-    def new(self, module, name, *args, seed=None, timeout=None, **kwargs):
-        """Build `module.name(*args, **kwargs)` in the child; return a RemoteModule."""
+    def new(self, module, name, *args, seed=None, timeout=None, stand_ins=None, **kwargs):
+        """Build `module.name(*args, **kwargs)` in the child; return a RemoteModule. `stand_ins`: the student's
+        functions replaced while it is built (autograder/sandbox/standin.py)."""
         handle = next(self._handles)
         self.request(module, "new", timeout, signature(name, args, kwargs), module=module, name=name,
-                     args=list(args), kwargs=kwargs, seed=seed, new_handle=handle)
+                     args=list(args), kwargs=kwargs, seed=seed, new_handle=handle, stand_ins=stand_ins or [])
         remote = RemoteModule(self, module, name, handle, self._generation)
         remote.args, remote.kwargs = tuple(args), dict(kwargs)  # how it was built (autograder/graders/blame.py)
         return remote
@@ -505,12 +506,13 @@ class RemoteModule:
         self._alive()
         return self.sandbox.request(self.module, op, timeout, context, handle=self.handle, **fields)
 
-    def __call__(self, *args, train=False, seed=None, capture_args=False, timeout=None):
-        """Run forward (in eval mode unless train=True); return (value, args_after)."""
+    def __call__(self, *args, train=False, seed=None, capture_args=False, timeout=None, stand_ins=None):
+        """Run forward (in eval mode unless train=True); return (value, args_after). `stand_ins`: the student's
+        functions replaced during this forward (autograder/sandbox/standin.py)."""
         mode = "train" if train else "eval"
         answer = self._request("call", signature(f"{self.name}.forward", args, {}) + f" in {mode} mode",
                                timeout, args=list(args), kwargs={}, train=train, seed=seed,
-                               capture_args=capture_args)
+                               capture_args=capture_args, stand_ins=stand_ins or [])
         return answer.get("value"), answer.get("args_after")
 
     def load(self, params):

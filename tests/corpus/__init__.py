@@ -144,6 +144,9 @@ class Case:
     diagnosis: tuple[str, ...] = ()
     call_timeout: float | None = None  # seconds per call to student code, where the suite's default is not needed
     on: str = ""  # a bug's `on`: the id of the [[alternative]] it is planted in (its patches come first)
+    # a bug's `also_fails`: checks of other modules that it fails too, by design (each case says why in its
+    # description); every other check of every other module must pass
+    also_fails: tuple[str, ...] = ()
     base: tuple[Patch, ...] = ()  # that alternative's patches (load_corpus fills them in)
 
     @property
@@ -283,7 +286,7 @@ def _call_timeout(entry: dict, where: str, below: float | None = None) -> float 
 
 
 def _case_from_entry(kind: str, index: int, entry: dict) -> Case:
-    keys = {"id", "module", "description", "patch", "call_timeout"} | ({"diagnosis", "on"} if kind == "bug" else set())
+    keys = {"id", "module", "description", "patch", "call_timeout"} | ({"diagnosis", "on", "also_fails"} if kind == "bug" else set())
     where = _check_header(kind, index, entry, keys, ("id", "module", "description"))
     case_id = entry["id"]
     module = entry["module"]
@@ -316,8 +319,9 @@ def _case_from_entry(kind: str, index: int, entry: dict) -> Case:
     on = entry.get("on", "")
     if not isinstance(on, str):
         raise CorpusError(f"{where}: on must be the id of an [[alternative]]")
+    also_fails = _strings(entry["also_fails"], where, "also_fails") if "also_fails" in entry else ()
     return Case(case_id, kind, module, entry["description"].strip(), tuple(patches), diagnosis,
-                _call_timeout(entry, where), on)
+                _call_timeout(entry, where), on, also_fails)
 
 
 def load_corpus(path: Path | str = CORPUS_FILE) -> dict[str, list[Case]]:
