@@ -165,3 +165,18 @@ def test_an_error_names_a_mistake_only_when_that_mistake_raises_exactly_that_err
     q, k, v = randn(2, 3, 4, 8), randn(2, 3, 4, 8, seed=1), randn(2, 3, 4, 8, seed=2)  # (B, H, T, d_k)
     mask = random_mask(4, 4)  # (T, T): mask.unsqueeze(1), (4, 1, 4), does not broadcast with (2, 3, 4, 4)
     assert list(diagnose.attention_errors(q, k, v, mask).values()) == [diagnose.UNSQUEEZED_MASK]
+
+
+TABLE_FAULTS = ["positional-sin-cos-concatenated", "positional-sin-cos-swapped", "positional-exponent-i",
+                "positional-float64-table"]
+
+
+@pytest.mark.parametrize("case", [c for c in CORPUS["bug"] if c.id in TABLE_FAULTS], ids=lambda c: c.id)
+def test_a_fault_of_the_table_costs_the_sinusoidal_encoding_checks_only(case, tmp_path, warm_servers):
+    # PositionalEncoding holds and adds the student's own table: right given it, its checks pass with a note
+    report = graded(case, tmp_path, warm_servers)
+    failed = sorted(t.id for t in report.failed())
+    assert failed and all(i.startswith("test_encoding_") for i in failed), (
+        f"{case.id}: expected only sinusoidal_encoding checks to fail, failed {failed}")
+    noted = [t for t in report.noted() if t.id.startswith("test_module_")]
+    assert noted and all("your sinusoidal_encoding" in t.message for t in noted), [t.message for t in noted]
