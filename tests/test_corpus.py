@@ -44,6 +44,9 @@ def test_planted_bug_loses_points_in_its_own_module_only(case, tmp_path, warm_se
     assert not others or case.also_fails, f"{case.id} also lost points in {others}"
     for t in report.failed():
         assert t.message, t.id
+    internal = [f"{t.module}/{t.id}: {t.message}" for t in report.tests
+                if any(name in t.message for name in ("RemoteModule", "autograder.", " object at 0x"))]
+    assert not internal, f"{case.id}: a name from the kit's internals reaches the student:\n" + "\n".join(internal)
     printed = likely_bugs(report)
     assert printed == set(case.diagnosis), (
         f"{case.id} ({case.description}): diagnoses printed {sorted(printed)}, expected {sorted(case.diagnosis)}"

@@ -56,6 +56,10 @@ def describe(value):
         return f"an object of type {value['__unsupported__']}"
     if isinstance(value, list):
         return f"a sequence of {len(value)} items"
+    from autograder.sandbox.client import RemoteModule
+
+    if isinstance(value, RemoteModule):  # a module built in the student process: the student's name for it
+        return f"a {value.name} (built without an error)"
     return f"{type(value).__name__} {value!r}"[:120]
 
 
