@@ -88,3 +88,60 @@ def test_an_argument_that_is_no_parameter_of_the_part_gets_no_answer():
     sealed = standin.seal(MERGE, (x,), {}, merge_heads(x))
     with pytest.raises(standin.NoAnswer):
         standin.answer(MERGE, [sealed], (x,), {"heads": 3})
+
+
+# -- graded: a module that forges a crash inside merge_heads to read the stand-in ----------------------------
+FORGER = '''
+
+def _forged_crash():
+    # a frame that reads as heads.py's merge_heads: the grader then stands in for merge_heads
+    scope = {}
+    exec(compile("def merge_heads(x):\\n    raise RuntimeError('forged')\\n", heads.__file__, "exec"), scope)
+    scope["merge_heads"](None)
+
+
+def _forward(self, x):
+    stand_in = heads.merge_heads
+    answers = getattr(stand_in, "answers", None)
+    if not answers:
+        _forged_crash()
+    B, T, _ = x.shape
+    sealed = answers[0]["sealed"]  # all it can read: the answer, sealed with an input it never computed
+    merged = sealed.view(torch.float32)[: B * T * self.d_out].reshape(B, T, self.d_out)
+    return self.Wo(merged)
+
+
+MultiHeadAttention.forward = _forward
+'''
+
+
+ZEROS = '''
+
+def _forward(self, x):
+    B, T, _ = x.shape
+    return self.Wo(torch.zeros(B, T, self.d_out, dtype=x.dtype, device=x.device))
+
+
+MultiHeadAttention.forward = _forward
+'''
+
+
+@pytest.mark.grading
+def test_a_module_that_forges_a_crash_to_read_the_stand_in_earns_nothing_by_it(tmp_path, warm_servers):
+    # it reads the stand-in's answers; all it gets is what a module that never computes anything gets
+    from autograder.grade.engine import grade
+    from tests.conftest import SOLUTIONS
+    from tests.corpus import load_corpus, materialize
+
+    base = next(c for c in load_corpus()["alternative"] if c.id == "mha-all-use-own-parts")
+    scores = {}
+    for name, forward in (("forger", FORGER), ("zeros", ZEROS)):
+        folder = materialize(base, tmp_path / name, SOLUTIONS)
+        mha = folder / "mha.py"
+        mha.write_text(mha.read_text().replace("from heads import merge_heads, split_heads",
+                                               "import heads\nfrom heads import merge_heads, split_heads") + forward)
+        report = grade(folder, call_timeout=5.0, servers=warm_servers)
+        scores[name] = {t.id for t in report.tests if t.module == "mha" and t.status == "passed"}
+        assert report.modules()["heads"][0] == report.modules()["heads"][1]  # heads.py untouched, and right
+    assert scores["forger"] <= scores["zeros"], f"the forger passed more: {sorted(scores['forger'] - scores['zeros'])}"
+    assert "test_fused_values" not in scores["forger"]
