@@ -20,6 +20,7 @@ from tests.corpus import CorpusError, load_corpus, materialize
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes
 
 CORPUS = load_corpus()
+MAX_LINES = 60  # the text report of a single fault, all of it: one message per cause
 
 
 def graded(case, tmp_path, servers):
@@ -47,6 +48,9 @@ def test_planted_bug_loses_points_in_its_own_module_only(case, tmp_path, warm_se
     internal = [f"{t.module}/{t.id}: {t.message}" for t in report.tests
                 if any(name in t.message for name in ("RemoteModule", "autograder.", " object at 0x"))]
     assert not internal, f"{case.id}: a name from the kit's internals reaches the student:\n" + "\n".join(internal)
+    text = report.to_text()
+    assert len(text.splitlines()) <= MAX_LINES, (
+        f"{case.id}: a report of {len(text.splitlines())} lines for one fault (at most {MAX_LINES}):\n{text}")
     printed = likely_bugs(report)
     assert printed == set(case.diagnosis), (
         f"{case.id} ({case.description}): diagnoses printed {sorted(printed)}, expected {sorted(case.diagnosis)}"

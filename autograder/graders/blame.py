@@ -232,9 +232,9 @@ def _spec(part, answers):
 def note_crash(name, part, line):
     """What the report says of a check graded with a stand-in for the student's crashing part."""
     module, function = PARTS[part]
-    return (f"Your {name} crashed inside your {function} ({module}.py, line {line}); it is graded as if "
-            f"{function} worked (the grader stood in for it, with the reference's answers for the inputs it "
-            f"should get): see the {module} checks, where that fault costs points (once).")
+    return (f"Your {name} crashed inside your {function} ({module}.py, line {line}): graded as if {function} "
+            f"worked (the grader stood in for it, answering the inputs it should get); that fault costs points in "
+            f"the {module} checks only.")
 
 
 def stand_in_forward(remote, x, error, call):

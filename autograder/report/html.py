@@ -53,17 +53,22 @@ def to_markdown(report: GradeReport) -> str:
     if failed:
         lines += ["", "## What to fix", ""]
         for e in entries(failed, report.tests):
-            lost = fmt(sum(report.check_figures(t)[1] for t in e.tests))
-            title = f"{e.module}: {e.message} ({len(e.tests)} checks)" if e.module else \
-                f"{e.test.module}: {safe_line(e.test.name)}"
-            lines += [f"### {title} (-{lost})", "", *([] if e.module else _fenced(e.message)), ""]
+            if e.module:
+                lost = fmt(sum(report.check_figures(t)[1] for t in e.tests))
+                lines += [f"### {e.module}: {e.message} ({len(e.tests)} checks) (-{lost})", ""]
+                continue
+            for t in e.tests:
+                lines += [f"### {t.module}: {safe_line(t.name)} (-{_cost(report, t)})", ""]
+            lines += [*_fenced(e.message), ""]
     elif report.status == "graded" and report.tests:
         lines += ["", "Every check passed."]
     noted = report.noted()
     if noted:
         lines += ["", "## Passed, with a note", ""]
         for e in entries(noted, report.tests):
-            lines += [f"### {e.test.module}: {safe_line(e.test.name)}", "", *_fenced(e.message), ""]
+            for t in e.tests:
+                lines += [f"### {t.module}: {safe_line(t.name)}", ""]
+            lines += [*_fenced(e.message), ""]
     skipped = report.skipped()
     if skipped:
         lines += ["", f"_Not graded on this machine: {len(skipped)} checks that need CUDA._"]
@@ -221,9 +226,10 @@ def _check(t, heading="h3", report=None, message=None) -> str:
 
 
 def _entry(e, report=None) -> str:
-    """One entry of a listing: a check (report.model.entries), or a module not started, in one heading."""
+    """One entry of a listing (report.model.entries): the checks of one cause, their message once after the
+    last; or a module not started, in one heading."""
     if not e.module:
-        return _check(e.test, report=report, message=e.message)
+        return "".join(_check(t, report=report, message=e.message if t is e.tests[-1] else "") for t in e.tests)
     lost = fmt(sum(report.check_figures(t)[1] for t in e.tests)) if report else ""
     return (f"<h3>{_e(e.module)}: {_e(e.message)} ({len(e.tests)} checks)"
             + (f" <span class='bad'>(-{lost})</span>" if lost else "") + "</h3>")

@@ -91,8 +91,8 @@ PRINTED_TITLE = f"Printed output (the last {PRINTED_TAIL} characters at most)"
 # -- one message per cause --------------------------------------------------------------------------
 # A fault often fails several checks with one message: a crash inside merge_heads fails every check that runs
 # the module, the same traceback each time; a fault inherited by a module is the same note under each of its
-# checks. Each format shows such a message once, at the first check, with how many more share it; the
-# others name that check. A module whose every check failed because nothing in it is written yet is one line.
+# checks. Each format lists the checks of one cause together, then their message once. A module whose every
+# check failed because nothing in it is written yet is one line.
 _FRAME = re.compile(r'\s*File "')
 NOT_STARTED = "not started: every function still raises NotImplementedError"
 
@@ -136,45 +136,36 @@ class Entry:
 
 def entries(tests, everything=None) -> list[Entry]:
     """`tests` as a listing shows them: one entry per module not started (judged on `everything`, the report's
-    checks, when `tests` are some of them), then each check with its message, a message shared by several
-    checks (the same cause) in full at the first only."""
+    checks, when `tests` are some of them), then one entry per cause: the checks that share a message (the same
+    cause), in the order the first of them ran, with that message once (the first check's)."""
     skip = set(not_started(tests if everything is None else everything))
     out = [Entry([t for t in tests if t.module == m], NOT_STARTED, module=m) for m in dict.fromkeys(
         t.module for t in tests) if m in skip]
-    first: dict[str, object] = {}
-    count: dict[str, int] = {}
-    rest = [t for t in tests if t.module not in skip]
-    for t in rest:
-        key = cause(t.message) if t.message else ""
-        if key:
-            first.setdefault(key, t)
-            count[key] = count.get(key, 0) + 1
-    for t in rest:
-        key = cause(t.message) if t.message else ""
-        if not key:
-            out.append(Entry([t], ""))
-        elif first[key] is t:
-            more = count[key] - 1
-            out.append(Entry([t], t.message.rstrip("\n") + (f"\n(and {more} more check{'s' * (more > 1)}, same "
-                                                              "cause)" if more else "")))
-        else:
-            f = first[key]
-            out.append(Entry([t], f"Same cause as [{f.module}] {f.name}, above."))
+    groups: dict[object, list] = {}
+    for t in tests:
+        if t.module not in skip:
+            groups.setdefault(cause(t.message) if t.message else id(t), []).append(t)
+    for group in groups.values():
+        message = group[0].message.rstrip("\n")
+        if len(group) > 1:
+            message += f"\n(the {len(group)} checks above: one cause)"
+        out.append(Entry(group, message))
     return out
 
 
 def _listing(title, tests, everything, cost=None):
-    """Text report lines for `tests` under `title`: each check's name (and what it cost, `cost(t)`), then its
-    message indented, one message per cause (`entries`); [] when there is no check."""
+    """Text report lines for `tests` under `title`: each check's name (and what it cost, `cost(t)`), the
+    checks of one cause together, then their message once, indented (`entries`); [] when there is no check."""
     if not tests:
         return []
     lines = ["", f"{title} ({len(tests)}):"]
     for e in entries(tests, everything):
-        lost = f"  (-{fmt(sum(cost(t) for t in e.tests))})" if cost else ""
         if e.module:
+            lost = f"  (-{fmt(sum(cost(t) for t in e.tests))})" if cost else ""
             lines.append(f"  [{e.module}] {e.message} ({len(e.tests)} checks){lost}")
             continue
-        lines.append(f"  [{e.test.module}] {safe_line(e.test.name)}{lost}")
+        for t in e.tests:
+            lines.append(f"  [{t.module}] {safe_line(t.name)}" + (f"  (-{fmt(cost(t))})" if cost else ""))
         if e.message:
             lines.append("      " + safe_text(e.message, "      "))
     return lines
