@@ -14,6 +14,14 @@ composition differs from the reference, the module is right given its parts:
 the check passes with a note that names the part to blame. Otherwise the
 module has a fault of its own and the check fails as before.
 
+A composition that explains the output is not yet evidence that the module is
+right: a part whose fault leaves the module nothing to compute (a mask that
+blocks every key, so every output is NaN; an attention that returns zeros)
+would excuse a module that computes nothing. So the verdict is confirmed by
+running the student's module once more with the blamed parts stood in for
+(sandbox/standin.py, below): given working parts, it must give the
+reference's output.
+
 Shapes: x (B, T, d_in); q, k, v (B, T, d_out) per head (CausalAttention) or
 (B, H, T, head_dim) after the split (MultiHeadAttention).
 """
@@ -211,22 +219,80 @@ def crashed_part(error, module, name):
 
 
 class _Recording(Parts):
-    """The student's parts in `use`, the reference's for the others; the calls of `crashed` (a reference step)
-    sealed with their arguments, for its stand-in."""
+    """The student's parts in `use`, the reference's for the others; the calls of the `stood_in` parts (reference
+    steps) sealed with their arguments, for their stand-ins."""
 
-    def __init__(self, student, use, crashed):
+    def __init__(self, student, use, stood_in):
         super().__init__(student, use)
-        self.crashed, self.answers = crashed, []
+        self.stood_in, self.answers = set(stood_in), {}
 
     def _step(self, part, *args):
-        if part == self.crashed:
-            self.answers.append(standin.seal(PARTS[part], args, {}, REFERENCE[part](*args)))
+        if part in self.stood_in:
+            self.answers.setdefault(part, []).append(standin.seal(PARTS[part], args, {}, REFERENCE[part](*args)))
         return super()._step(part, *args)
 
 
-def _spec(part, answers):
-    module, name = PARTS[part]
-    return [{"module": module, "name": name, "answers": answers}]
+def _specs(answers):
+    return [{"module": PARTS[part][0], "name": PARTS[part][1], "answers": sealed} for part, sealed in answers.items()]
+
+
+def _parameters(remote, dtype):
+    try:
+        state = remote.state()
+    except StudentError:
+        return None
+    return {k: v.detach().to(dtype) for k, v in state.get("parameters", {}).items()}
+
+
+def with_stand_ins(remote, x, parts, call):
+    """`call(target, stand_ins)`: the forward of the student's module `remote` (or of a copy built again, when
+    the mask is stood in for: the contract builds its buffer in the constructor) on `x`, with the student's
+    `parts` stood in for by the reference's answers to exactly the inputs the reference wiring gives them here
+    (with the student's other parts); (its value, the reference wiring's own output), or None when the wiring
+    or the copy cannot be made."""
+    name = remote.name
+    params = _parameters(remote, x.dtype)
+    if params is None:
+        return None
+    num_heads = _num_heads(name, params, getattr(remote, "args", ()), getattr(remote, "kwargs", {}))
+    if not num_heads:
+        return None
+    recording = _Recording(remote.sandbox, [p for p in USED_BY[name] if p not in parts], parts)
+    try:
+        with torch.no_grad():
+            expected = _wiring(name, params, num_heads)(x, recording)
+        target = remote
+        if "mask" in parts:  # a copy built with the stand-in, holding the module's weights, where they are
+            args, kwargs = getattr(remote, "args", ()), getattr(remote, "kwargs", {})
+            built = _construction(name, args, kwargs)
+            if built is None:
+                return None
+            recording.answers.setdefault("mask", []).extend(built)
+            target = remote.sandbox.new(remote.module, name, *args, stand_ins=_specs({"mask": built}), **kwargs)
+            first = next(iter(params.values()), None)
+            if first is not None:
+                target.to(device=first.device.type, dtype=first.dtype)
+            target.load(params)
+        return call(target, _specs(recording.answers)), expected
+    except (_Broken, StudentError, KeyError, RuntimeError, ValueError, TypeError, standin.NoAnswer):
+        return None
+
+
+def _construction(name, args, kwargs):
+    """The sealed answer of causal_mask(context_length), the contract's mask buffer, for a constructor."""
+    context_length = kwargs.get("context_length", args[2] if len(args) > 2 else None)
+    if not isinstance(context_length, int) or isinstance(context_length, bool):
+        return None
+    return [standin.seal(PARTS["mask"], (context_length,), {}, REFERENCE["mask"](context_length))]
+
+
+def confirmed(remote, x, parts):
+    """Whether the student's module is right given working `parts` (the parts inherited_from blames): run again
+    on `x` with those parts stood in for, it gives the reference's output. So a part whose fault leaves the
+    module nothing to compute (a mask that blocks every key, an attention that returns zeros) cannot excuse a
+    module that computes nothing."""
+    again = with_stand_ins(remote, x, parts, lambda target, specs: target(x, stand_ins=specs)[0])
+    return again is not None and _close(*again)
 
 
 def note_crash(name, part, line):
@@ -238,39 +304,21 @@ def note_crash(name, part, line):
 
 
 def stand_in_forward(remote, x, error, call):
-    """`call(stand_ins)`: the forward of `remote` on `x` again, with the student's part that raised `error`
-    stood in for; (its value, the note) or None when the error is not a crash inside a part, or no stand-in
-    helps (the student's other parts break too, or the module gives the part other inputs)."""
+    """`call(target, stand_ins)`: the forward on `x` of `remote` (or of its copy: with_stand_ins) again, with
+    the student's part that raised `error` stood in for; (its value, the note), or None when the error is not a
+    crash inside a part, or no stand-in helps (the student's other parts break too, or the module gives the
+    part other inputs than the reference wiring does)."""
     crashed = crashed_part(error, remote.module, remote.name)
     if crashed is None:
         return None
     part, line = crashed
-    try:
-        state = remote.state()
-    except StudentError:
-        return None
-    params = {k: v.detach().to(x.dtype) for k, v in state.get("parameters", {}).items()}
-    num_heads = _num_heads(remote.name, params, getattr(remote, "args", ()), getattr(remote, "kwargs", {}))
-    if not num_heads:
-        return None
-    parts = _Recording(remote.sandbox, [p for p in USED_BY[remote.name] if p != part], part)
-    try:
-        with torch.no_grad():
-            _wiring(remote.name, params, num_heads)(x, parts)
-        value = call(_spec(part, parts.answers))
-    except (_Broken, StudentError, KeyError, RuntimeError, ValueError, TypeError, standin.NoAnswer):
-        return None
-    return value, note_crash(remote.name, part, line)
+    again = with_stand_ins(remote, x, [part], call)
+    return None if again is None else (again[0], note_crash(remote.name, part, line))
 
 
 def stand_in_construction(module, name, args, kwargs, error):
     """The stand-ins that build the module `name` when its constructor raised `error` inside the student's
     causal_mask (the contract's mask buffer, causal_mask(context_length)), and the note; None otherwise."""
     crashed = crashed_part(error, module, name)
-    if crashed is None or crashed[0] != "mask":
-        return None
-    context_length = kwargs.get("context_length", args[2] if len(args) > 2 else None)
-    if not isinstance(context_length, int):
-        return None
-    answer = standin.seal(PARTS["mask"], (context_length,), {}, REFERENCE["mask"](context_length))
-    return _spec("mask", [answer]), note_crash(name, "mask", crashed[1])
+    built = _construction(name, args, kwargs) if crashed is not None and crashed[0] == "mask" else None
+    return None if built is None else (_specs({"mask": built}), note_crash(name, "mask", crashed[1]))

@@ -50,7 +50,8 @@ def run(remote, x, **kw):
     try:
         return remote(x, **kw)
     except StudentError as exc:
-        again = blame.stand_in_forward(remote, x, exc, lambda stand_ins: remote(x, stand_ins=stand_ins, **kw))
+        again = blame.stand_in_forward(remote, x, exc,
+                                       lambda target, stand_ins: target(x, stand_ins=stand_ins, **kw))
         if again is None:
             raise
         value, note = again
@@ -70,7 +71,7 @@ def unless_inherited(remote, x, got, failure, also=None):
     naming the part to blame (graded in its own module, once). The failure names the likely bug when `got`
     is what a usual mistake in the module's own wiring gives (autograder.grade.diagnose), or one of `also`."""
     parts = blame.inherited_from(remote.sandbox, remote, x, got)
-    if parts is None:
+    if parts is None or not blame.confirmed(remote, x, parts):
         raise AssertionError(str(failure) + likely_bug(remote, x, got, also)) from None
     checks.note(blame.note(remote, parts))
     return parts
@@ -540,8 +541,9 @@ def inherited_in_timing(student, result, samples=3):
     For each timed module (32 heads, FEW_HEADS), a few of its mismatched passes, drawn at random here after
     the timing (the student process cannot know which), must each equal the reference wiring run with the
     student's faulty parts (graders/blame.py): a block that skipped its work on some passes is caught as
-    before. The parts of both modules together; decided once per measurement, so the three timed checks
-    agree."""
+    before, and the module, run again on one of them with those parts stood in for, must give the reference's
+    output (blame.confirmed). The parts of both modules together; decided once per measurement, so the three
+    timed checks agree."""
     import random
 
     if result.module is None or not result.mismatched:
@@ -554,6 +556,9 @@ def inherited_in_timing(student, result, samples=3):
             for x, out in draw.sample(passes, min(samples, len(passes))):
                 parts = blame.inherited_from(student, remote, x, out)
                 if parts is None or (seen is not None and parts != seen):
+                    found = None
+                    break
+                if seen is None and not blame.confirmed(remote, x, parts):  # right given working parts?
                     found = None
                     break
                 seen = parts
