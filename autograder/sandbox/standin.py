@@ -19,14 +19,14 @@ different rounding) gets an error, and the check is graded as without the
 stand-in.
 
 The student process loads this file by path (student_process._sibling), the
-trusted side imports it; both compute the same bytes of a value.
+trusted side imports it; both compute the same bytes of a value. It imports
+torch only when a stand-in is made or called: the student process loads it
+before its limits are set, and torch is imported under them.
 """
 from __future__ import annotations
 
 import hashlib
 import os
-
-import torch
 
 #: The parts a stand-in can replace: (student module, function) -> its parameters in order, with the ones the
 #: answer depends on (a dropout module, or a device, is not part of the key), and their defaults.
@@ -59,6 +59,8 @@ def bind(function, args, kwargs):
 def _value_bytes(value) -> bytes:
     """The exact bytes of one argument: a tensor's dtype, shape and elements (C order; a meta tensor, which has
     no elements, by its dtype and shape alone), or a plain value's type and repr."""
+    import torch
+
     if isinstance(value, torch.Tensor):
         t = value.detach()
         head = f"tensor {t.dtype} {tuple(t.shape)} {'meta' if t.device.type == 'meta' else 'data'}:".encode()
@@ -90,13 +92,17 @@ def _xor(a: bytes, b: bytes) -> bytes:
     return (int.from_bytes(a, "big") ^ int.from_bytes(b, "big")).to_bytes(len(a), "big") if a else b""
 
 
-def _u8(data: bytes) -> torch.Tensor:
+def _u8(data: bytes):
+    import torch
+
     return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8)
 
 
 def seal(function, args, kwargs, outputs) -> dict:
     """One answer of a stand-in for `function`: `outputs` (a tensor, or a tuple of tensors) for exactly these
     arguments, sealed with them. Made on the trusted side; plain tensors and lists, for the wire."""
+    import torch
+
     data = key_bytes(function, bind(function, args, kwargs))
     many = isinstance(outputs, (tuple, list))
     tensors = [t.detach() for t in (outputs if many else (outputs,))]
@@ -112,6 +118,8 @@ def seal(function, args, kwargs, outputs) -> dict:
 def answer(function, answers, args, kwargs):
     """What the stand-in for `function` returns for this call: the answer sealed with exactly these arguments,
     on the device of its first tensor argument (or its `device`); NoAnswer when it has none."""
+    import torch
+
     bound = bind(function, args, kwargs)
     data = key_bytes(function, bound)
     for a in answers:
