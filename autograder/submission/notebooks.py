@@ -10,8 +10,9 @@ out too, unless it is the notebook's module cell (the nbgrader solution cell
 
 Line numbers are kept: each cell that contributes code becomes a line
 `# --- cell N` followed by the cell's own lines, those left out blanked, so
-that line k of cell N sits k lines below its marker (`cell_of` maps a line
-of the module back to the notebook's cell and line).
+that line k of cell N sits k lines below its marker (`cell_of` and `CellLines` map a line
+of the module back to the notebook's cell and line, and `in_notebook_terms` puts the
+lines that a grader's message names in those terms).
 
 Reads notebooks with nbformat; stdlib otherwise, no torch. A notebook file is
 read through autograder.submission.intake (a regular file of the submission, never
@@ -20,6 +21,7 @@ through a link, and no larger than its limit).
 from __future__ import annotations
 
 import ast
+import bisect
 import builtins
 import json
 import re
@@ -343,15 +345,61 @@ def _in_docstring(name) -> str:
 _MARKER = re.compile(r"# --- cell (\d+)\b")
 
 
+class CellLines:
+    """Where each line of a module made by `notebook_to_source` sits in its notebook: read from the module's text
+    once, then each look-up takes O(log n), whatever line number it is asked about (a number read from a
+    student's traceback: any size)."""
+
+    def __init__(self, source: str):
+        lines = source.splitlines()
+        self._rows = [row for row, line in enumerate(lines, 1) if line.startswith("# --- cell ")
+                      and _MARKER.match(line)]  # the markers' line numbers, in order
+        self._cells = [int(_MARKER.match(lines[row - 1])[1]) for row in self._rows]
+        self._size = len(lines)
+
+    def __call__(self, lineno) -> tuple[int, int] | None:
+        """(cell, line in that cell) of line `lineno` of the module; None for a line outside the cells (the
+        module's docstring, a marker, a line past the end)."""
+        if not isinstance(lineno, int) or not 0 < lineno <= self._size:
+            return None
+        at = bisect.bisect_right(self._rows, lineno) - 1  # the last marker at or above the line
+        return (self._cells[at], lineno - self._rows[at]) if at >= 0 and self._rows[at] < lineno else None
+
+
 def cell_of(source: str, lineno: int) -> tuple[int, int] | None:
     """(cell, line in that cell) of line `lineno` of a module made by `notebook_to_source`; None for a line
     outside the cells (the module's docstring)."""
-    lines = source.splitlines()
-    for row in range(min(lineno, len(lines)) - 1, -1, -1):
-        match = _MARKER.match(lines[row])
-        if match:
-            return (int(match[1]), lineno - row - 1) if lineno - row - 1 > 0 else None
-    return None
+    return CellLines(source)(lineno)
+
+
+def place(notebook: str, cell: int, line: int) -> str:
+    """How a line of a notebook is named to its student, as the self-check names it
+    (autograder/sandbox/selfcheck.py, `_place`): "01_attention.ipynb, cell 7, line 3"."""
+    return f"{notebook}, cell {cell}, line {line}"
+
+
+#: A line of a module named in a message: `File "mha.py", line 154` (a traceback's) or `mha.py, line 154`.
+_MODULE_LINE = re.compile(r'(?P<quote>"?)\b(?P<module>' + "|".join(MODULES)
+                          + r')\.py(?P=quote), line (?P<line>[0-9]{1,9})(?![0-9])')
+
+
+def in_notebook_terms(text: str, notebooks: dict) -> str:
+    """`text` (a check's message: the student's traceback, a "Likely bug" line) with each line of a module that
+    a notebook became named in the notebook's terms: `File "mha.py", line 154` -> `File "04_mha.ipynb", cell 5,
+    line 151`, `(heads.py, line 30)` -> `(02_heads.ipynb, cell 5, line 27)`.
+
+    `notebooks`: {module: (the notebook's name, CellLines of the module the intake wrote from it)}, on the
+    trusted side. The text is only searched for line numbers to look up there (each a bounded look-up); a
+    line outside the cells, or of a module that no notebook became, is left as it is."""
+    def named(match):
+        found = notebooks.get(match["module"])
+        where = found[1](int(match["line"])) if found else None
+        if where is None:
+            return match[0]
+        quote = match["quote"]
+        return place(f"{quote}{found[0]}{quote}", *where)
+
+    return _MODULE_LINE.sub(named, text) if notebooks and isinstance(text, str) else text
 
 
 def missing_message(module: str) -> str:
