@@ -11,6 +11,7 @@ import zipfile
 import pytest
 from click.testing import CliRunner
 
+from autograder.submission.notebooks import not_handed_in
 from grader_cli import cli
 from tests.conftest import ROOT, SOLUTIONS, TEMPLATE
 
@@ -153,7 +154,9 @@ def test_partial_submission_loses_only_the_missing_modules(tmp_path):
     for module in ("attention", "mha", "positional"):
         assert data["modules"][module]["score"] == 0
     messages = {t["message"] for t in data["tests"] if t["module"] == "attention" and t["status"] == "failed"}
-    assert messages == {"attention.py is missing from the submission"}
+    assert messages == {"not handed in"}, messages
+    assert data["missing"] == {m: not_handed_in(m, notebook=False) for m in ("attention", "mha", "positional")}, \
+        data["missing"]
 
 
 def test_gradescope_zip_command_writes_the_zip(tmp_path):

@@ -154,14 +154,14 @@ def test_the_module_keeps_each_cells_line_numbers():
 
 
 def test_a_missing_notebook_is_named_with_the_cell_its_code_goes_in():
-    from autograder.submission.notebooks import missing_message
+    from autograder.submission.notebooks import not_handed_in
     from autograder.submission.released import MODULE_CELLS
 
-    text = missing_message("heads")
-    assert text.startswith("02_heads.ipynb is missing from the submission"), text
-    assert "split_heads and merge_heads go in its code cell marked # YOUR CODE HERE" in text, text
-    assert f"cell {MODULE_CELLS['heads']}, " in text and "heads.py" in text
-    assert "causal_mask goes in" in missing_message("masks")
+    text = not_handed_in("heads", notebook=True)
+    assert text.startswith("02_heads.ipynb: split_heads and merge_heads go in its code cell marked # YOUR CODE "
+                           f"HERE (cell {MODULE_CELLS['heads']}, "), text
+    assert "causal_mask goes in" in not_handed_in("masks", notebook=True)
+    assert not_handed_in("heads", notebook=False) == "heads.py: split_heads and merge_heads"
 
 
 def _cell_code(module, grade_id=None, contains=None):
@@ -597,3 +597,20 @@ def test_a_message_is_put_in_notebook_terms_only_where_a_line_of_a_notebooks_mod
     assert in_notebook_terms(text, {}) == text
     hostile = 'File "heads.py", line 99999999999999999999999, ' * 10_000  # long numbers, many of them: bounded
     assert in_notebook_terms(hostile, notebooks) == hostile
+
+
+@pytest.mark.grading
+def test_a_single_filled_notebook_names_the_missing_notebooks_once_in_a_short_report(warm_servers):
+    """Issue 35: 03_masks.ipynb graded alone gave 36 copies of "01_attention.ipynb is missing ...", one inside
+    "expected ValueError (...), got 02_heads.ipynb is missing ...", in 122 lines. The report names each missing
+    notebook once, with the cell its code goes in, and each check of a missing module says only that."""
+    from autograder.scoring import NOT_HANDED_IN
+
+    report = grade(ASSIGNMENT_DIR / NOTEBOOKS["masks"], servers=warm_servers)
+    text = report.to_text()
+    for module in ("attention", "heads", "mha", "positional"):
+        assert text.count(NOTEBOOKS[module]) == 1, f"expected {NOTEBOOKS[module]} named once, got:\n{text}"
+        messages = {t.message for t in report.failed() if t.module == module}
+        assert messages == {NOT_HANDED_IN}, f"expected the checks of {module} to say {NOT_HANDED_IN!r}, got {messages}"
+    assert "is missing" not in text and "got not handed in" not in text, text
+    assert len(text.splitlines()) < 60, f"expected a report under 60 lines, got {len(text.splitlines())}:\n{text}"

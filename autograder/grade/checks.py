@@ -204,6 +204,8 @@ def raises(call, exc_name, what, why):
     except StudentError as exc:
         if exc.raised(exc_name):
             return
+        if exc.kind == "missing":  # nothing ran: the reason alone ("not handed in"), not "expected ..., got" it
+            raise
         got = f"{exc}" if exc.kind != "raised" else f"{exc.exc_type}"
         raise AssertionError(f"{what}: expected {exc_name} ({why}), got {got}") from None
     if isinstance(value, tuple):

@@ -47,9 +47,11 @@ def to_markdown(report: GradeReport) -> str:
         lines += ["| module | score |", "| --- | --- |"]
         for module, (earned, available) in report.modules().items():
             lines.append(f"| {module} | {earned:g} / {available:g} |")
+    if report.missing_lines():
+        lines += ["", f"## {report.missing_lines()[0][:-1]}", "", *(f"- {md_inline(w)}" for w in report.missing.values())]
     if report.notes:
         lines += ["", "## Files not graded", "", *(f"- {md_inline(n)}" for n in report.notes)]
-    failed = report.failed() if report.status != "empty" else []  # empty: the reason above says it all
+    failed = report.to_fix() if report.status != "empty" else []  # empty: the reason above says it all
     if failed:
         lines += ["", "## What to fix", ""]
         for e in entries(failed, report.tests):
@@ -60,7 +62,7 @@ def to_markdown(report: GradeReport) -> str:
             for t in e.tests:
                 lines += [f"### {t.module}: {safe_line(t.name)} (-{_cost(report, t)})", ""]
             lines += [*_fenced(e.message), ""]
-    elif report.status == "graded" and report.tests:
+    elif report.status == "graded" and report.tests and not report.failed():
         lines += ["", "Every check passed."]
     noted = report.noted()
     if noted:
@@ -250,12 +252,15 @@ def to_html(report: GradeReport) -> str:
             cls = "ok" if earned == available and available else "bad"
             parts.append(f"<tr><td>{_e(module)}</td><td class='{cls}'>{earned:g} / {available:g}</td></tr>")
         parts.append("</table>")
+    if report.missing_lines():
+        parts.append(f"<h2>{_e(report.missing_lines()[0][:-1])}</h2><ul>"
+                     + "".join(f"<li>{_e(w)}</li>" for w in report.missing.values()) + "</ul>")
     if report.notes:
         parts.append("<h2>Files not graded</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in report.notes) + "</ul>")
-    failed = report.failed() if report.status != "empty" else []  # empty: the reason above says it all
+    failed = report.to_fix() if report.status != "empty" else []  # empty: the reason above says it all
     if failed:
         parts.append("<h2>What to fix</h2>")
-    elif report.status == "graded" and report.tests:
+    elif report.status == "graded" and report.tests and not report.failed():
         parts.append("<p class='ok'>Every check passed.</p>")
     parts += [_entry(e, report) for e in entries(failed, report.tests)]
     noted = report.noted()

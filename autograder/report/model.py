@@ -10,7 +10,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from autograder import LEVEL_HELP, MODULES, NAMESPACES_REMEDY
-from autograder.scoring import fmt
+from autograder.scoring import NOT_HANDED_IN, fmt
 from autograder.scoring import figures as _figures
 
 # -- student text, made safe to show -------------------------------------------------
@@ -220,6 +220,7 @@ class GradeReport:
     isolation: str = ""  # how the student process was confined: "namespaces", "landlock" or "none"
     grader_failure: bool = False  # the grader could not run student code (status "error"): no score at all
     notes: list = field(default_factory=list)  # files of the submission not graded, and why (submission.intake)
+    missing: dict = field(default_factory=dict)  # {module not handed in: where its code goes}, said once
     grader_peak_mib: float = 0.0  # the grader process's peak resident memory (what the submission cost it)
 
     @property
@@ -267,6 +268,18 @@ class GradeReport:
     def failed(self):
         return [t for t in self.tests if t.status == "failed"]
 
+    def to_fix(self):
+        """The failed checks a report lists one by one: not those of a module not handed in, which say only
+        NOT_HANDED_IN (`missing_lines` names those modules once)."""
+        return [t for t in self.failed() if not (t.module in self.missing and t.message == NOT_HANDED_IN)]
+
+    def missing_lines(self):
+        """The modules not handed in, once: a heading, then each with where its code goes ([] when none, or
+        when the grading found nothing to grade: its reason says it)."""
+        if not self.missing or self.status != "graded":
+            return []
+        return [f"Not handed in ({len(self.missing)}):", *(f"  {safe_line(why)}" for why in self.missing.values())]
+
     def skipped(self):
         return [t for t in self.tests if t.status == "skipped"]
 
@@ -301,6 +314,7 @@ class GradeReport:
             "isolation": self.isolation,
             "grader_failure": self.grader_failure,
             "notes": self.notes,
+            "missing": self.missing,
             "grader_peak_mib": self.grader_peak_mib,
             "student_output": self.printed(),
         }
@@ -340,6 +354,8 @@ class GradeReport:
                   "extra_data": {"status": self.status}}
         if self.notes:
             result["output"] += "\nFiles not graded:\n" + "\n".join(f"  {safe_line(n)}" for n in self.notes)
+        if self.missing_lines():
+            result["output"] += "\n" + "\n".join(self.missing_lines())
         if self.grader_failure:  # run_autograder exits non-zero too: Gradescope shows a failure, not this 0
             result["output"] = (f"{AUTOGRADER_FAILURE}: {safe_text(self.error)}\n{NOT_THE_STUDENTS}")
         elif self.status == "empty":
@@ -385,13 +401,15 @@ class GradeReport:
                 if not f.graded:
                     lines.append(f"  {m:<{width}}  not graded here")
                     continue
-                mark = "ok" if f.score == f.max_score else "  "
+                mark = "ok" if f.score == f.max_score else "not handed in" if m in self.missing else "  "
                 lines.append(f"  {m:<{width}}  {fmt(f.score):>5} / {fmt(f.max_score):<5} {mark}")
+        if self.missing_lines():
+            lines += ["", *self.missing_lines()]
         if self.notes:
             lines += ["", f"Files not graded ({len(self.notes)}):", *(f"  {safe_line(n)}" for n in self.notes)]
         cost = {id(t): mx for t, (_, mx) in zip(self.tests, fig.checks)}
         if self.status != "empty":  # nothing to grade: the reason above says it, not every check again
-            lines += _listing("Failed checks", self.failed(), self.tests, lambda t: cost[id(t)])
+            lines += _listing("Failed checks", self.to_fix(), self.tests, lambda t: cost[id(t)])
         lines += _listing("Passed, with a note", self.noted(), self.tests)
         skipped = self.skipped()
         if skipped:

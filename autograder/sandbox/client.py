@@ -39,6 +39,7 @@ from autograder.sandbox.errors import GraderUnavailable, StudentError
 from autograder.sandbox.forkserver import Worker
 from autograder.sandbox.isolation import CHILD, _read_exactly, _read_handshake, choose_isolation, refusals
 from autograder.sandbox.limits import WRITABLE, Limits, forbidden_paths, student_env
+from autograder.scoring import NOT_HANDED_IN
 from autograder.submission import intake as _intake
 
 MAX_STRIKES = 2  # crashes or timeouts of one module before its checks stop running
@@ -329,7 +330,7 @@ class Sandbox:
         module = owner
         if module not in self.available:
             why = self.intake.get("missing", {}).get(module) or self.refused.get(f"{module}.py")
-            raise StudentError(why or f"{module}.py is missing from the submission", "missing")
+            raise StudentError(why or NOT_HANDED_IN, "missing")
         if len(self.strikes.get(module, ())) >= MAX_STRIKES:
             raise StudentError(
                 f"not run: {module}.py already crashed or timed out {MAX_STRIKES} times "

@@ -402,20 +402,29 @@ def in_notebook_terms(text: str, notebooks: dict) -> str:
     return _MODULE_LINE.sub(named, text) if notebooks and isinstance(text, str) else text
 
 
-def missing_message(module: str) -> str:
-    """Why a module of a notebook submission has no code, in words a student can act on: the notebook to
-    hand in, and the cell its code goes in (from the released template, autograder/submission/released.py)."""
+def _released(module: str) -> tuple[str, int, int | None]:
+    """(what goes in the module's code cell, "split_heads and merge_heads"; how many names that is; the cell's
+    number or None), from the released template (autograder/submission/released.py)."""
     try:
         from autograder.submission.released import MODULE_CELLS, NAMES
     except ImportError:  # a kit never released
         MODULE_CELLS, NAMES = {}, {}
-    notebook = notebook_name(module)
     names = NAMES.get(module) or []
     what = " and ".join(", ".join(names).rsplit(", ", 1)) if names else "its code"
-    cell = f"cell {MODULE_CELLS[module]}, " if module in MODULE_CELLS else ""
-    return (f"{notebook} is missing from the submission (and {module}.py too): {what} go"
-            f"{'es' if len(names) == 1 else ''} in its code cell marked # YOUR CODE HERE ({cell}under "
-            f"\"Your task\"); hand in the notebook under its own name, {notebook}")
+    return what, len(names), MODULE_CELLS.get(module)
+
+
+def not_handed_in(module: str, notebook: bool) -> str:
+    """What a report says, once, of a module that the submission does not hold: its notebook and the cell its
+    code goes in, for a submission of notebooks (`notebook`), else its .py file and what it holds:
+    "02_heads.ipynb: split_heads and merge_heads go in its code cell marked # YOUR CODE HERE (cell 5, under
+    "Your task")", "heads.py: split_heads and merge_heads"."""
+    what, count, cell = _released(module)
+    if not notebook:
+        return f"{module}.py: {what}"
+    cell = f"cell {cell}, " if cell else ""
+    return (f"{notebook_name(module)}: {what} go{'es' if count == 1 else ''} in its code cell marked "
+            f"# YOUR CODE HERE ({cell}under \"Your task\")")
 
 
 def _empty_long_cells(raw) -> set[int]:
