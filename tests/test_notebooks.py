@@ -597,6 +597,8 @@ def test_a_message_is_put_in_notebook_terms_only_where_a_line_of_a_notebooks_mod
     assert in_notebook_terms(text, {}) == text
     hostile = 'File "heads.py", line 99999999999999999999999, ' * 10_000  # long numbers, many of them: bounded
     assert in_notebook_terms(hostile, notebooks) == hostile
+    odd = {"heads": ('bea "x"\n02_heads.ipynb', CellLines(source))}  # a file name that would break the line
+    assert in_notebook_terms(f"(heads.py, line {row})", odd) == '(bea "x"\\n02_heads.ipynb, cell 2, line 4)'
 
 
 @pytest.mark.grading

@@ -396,8 +396,9 @@ def in_notebook_terms(text: str, notebooks: dict) -> str:
         where = found[1](int(match["line"])) if found else None
         if where is None:
             return match[0]
-        quote = match["quote"]
-        return place(f"{quote}{found[0]}{quote}", *where)
+        quote = match["quote"]  # the name in one line: a character that is not printable as its escape
+        name = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in found[0])
+        return place(f"{quote}{name}{quote}", *where)
 
     return _MODULE_LINE.sub(named, text) if notebooks and isinstance(text, str) else text
 
