@@ -541,7 +541,8 @@ def test_a_single_notebook_whose_name_stands_for_no_module_or_for_two_is_refused
 @pytest.mark.grading
 def test_a_traceback_of_a_notebook_names_the_cell_and_the_cells_own_line(tmp_path, warm_servers):
     """Issue 35: a notebook student's traceback names the notebook, the cell and the line in that cell, as the
-    self-check does, never the line of the module the grader made of it (`File "heads.py", line 58`)."""
+    self-check does, never the line of the module the grader made of it (`File "heads.py", line 58`); so does
+    the note of a module that crashed inside that part ("crashed inside your merge_heads (heads.py, line 58)")."""
     for name in NOTEBOOKS.values():
         shutil.copy(ASSIGNMENT_DIR / name, tmp_path / name)
     path = tmp_path / NOTEBOOKS["heads"]
@@ -552,6 +553,14 @@ def test_a_traceback_of_a_notebook_names_the_cell_and_the_cells_own_line(tmp_pat
     cell.source = cell.source.replace(planted, "raise RuntimeError('planted in merge_heads')")
     line = next(k for k, text in enumerate(cell.source.splitlines(), 1) if "planted in merge_heads" in text)
     nbformat.write(nb, path)
+    path = tmp_path / NOTEBOOKS["mha"]  # a MultiHeadAttention that calls the student's own merge_heads
+    nb = nbformat.read(path, as_version=4)
+    mha = next(c for c in nb.cells if "class MultiHeadAttention" in c.source)
+    merge = "(weights @ v).transpose(1, 2).contiguous().view(B, T, self.d_out)"
+    assert merge in mha.source and "from torch import nn\n" in mha.source
+    mha.source = mha.source.replace(merge, "merge_heads(weights @ v)").replace(
+        "from torch import nn\n", "from torch import nn\nfrom heads import merge_heads\n")
+    nbformat.write(nb, path)
     report = grade(tmp_path, servers=warm_servers)
     messages = [t.message for t in report.failed() if "planted in merge_heads" in t.message]
     assert messages, f"expected checks that fail with the planted error, got {[t.message for t in report.failed()]}"
@@ -559,6 +568,10 @@ def test_a_traceback_of_a_notebook_names_the_cell_and_the_cells_own_line(tmp_pat
     for message in messages:
         assert expected in message, f"expected the traceback line {expected!r}, got:\n{message}"
         assert 'File "heads.py"' not in message, f"expected no line of the module heads.py, got:\n{message}"
+    notes = [t.message for t in report.tests if t.module == "mha" and "crashed inside your merge_heads" in t.message]
+    assert notes, f"expected the MHA's note of the crash, got {[t.message for t in report.tests if t.module == 'mha']}"
+    for note in notes:
+        assert f"(02_heads.ipynb, cell {number}, line {line})" in note and "heads.py" not in note, note
 
 
 def test_the_grader_and_the_self_check_name_every_line_of_a_notebook_the_same_way(tmp_path):
