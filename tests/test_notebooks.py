@@ -591,13 +591,15 @@ def test_the_grader_and_the_self_check_name_every_line_of_a_notebook_the_same_wa
             continue
         where = lines(lineno)
         expected = place(name, *where) if where else f"mha.py, line {lineno}"
-        assert _place(str(path), lineno) == expected, f"line {lineno}: expected {expected!r}, got {_place(str(path), lineno)!r}"
+        got = _place(str(path), lineno)
+        assert got == expected, f"line {lineno}: expected {expected!r}, got {got!r}"
 
 
 def test_a_message_is_put_in_notebook_terms_only_where_a_line_of_a_notebooks_module_is_named():
     from autograder.submission.notebooks import CellLines, in_notebook_terms
 
-    nb = new_notebook(cells=[new_markdown_cell("# Heads"), new_code_cell("import torch\n\ndef f(x):\n    return x / 0")])
+    nb = new_notebook(cells=[new_markdown_cell("# Heads"),
+                             new_code_cell("import torch\n\ndef f(x):\n    return x / 0")])
     source = notebook_to_source(nb, "heads", "02_heads.ipynb")
     row = next(i for i, line in enumerate(source.splitlines(), 1) if "x / 0" in line)
     notebooks = {"heads": ("02_heads.ipynb", CellLines(source))}

@@ -48,7 +48,8 @@ def to_markdown(report: GradeReport) -> str:
         for module, (earned, available) in report.modules().items():
             lines.append(f"| {module} | {earned:g} / {available:g} |")
     if report.missing_lines():
-        lines += ["", f"## {report.missing_lines()[0][:-1]}", "", *(f"- {md_inline(w)}" for w in report.missing.values())]
+        lines += ["", f"## {report.missing_lines()[0][:-1]}", "",
+                  *(f"- {md_inline(why)}" for why in report.missing.values())]
     if report.notes:
         lines += ["", "## Files not graded", "", *(f"- {md_inline(n)}" for n in report.notes)]
     failed = report.to_fix() if report.status != "empty" else []  # empty: the reason above says it all
