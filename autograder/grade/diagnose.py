@@ -257,7 +257,8 @@ def _head(params, x, prefix="", *, mask="causal", **att):
 def _fused(params, x, H, *, split="transpose", merge="transpose", mask="causal", **att):
     q, k, v = (_split(_linear(params, f"W{p}", x), H, split) for p in "qkv")  # (B, H, T, hd)
     context = _attention(q, k, v, _causal_mask(x.shape[1], mask), **att)[0]  # (B, H, T, hd)
-    return _linear(params, "Wo", _merge(context, merge))  # (B, T, d_out)
+    merged = _merge(context, merge)  # (B, T, d_out)
+    return _linear(params, "Wo", merged) if "Wo.weight" in params else merged  # a module without Wo: no projection
 
 
 # The attention steps of every module: name -> knobs; "{w}" is the key size's name (head_dim, or d_out for one head)
@@ -372,6 +373,80 @@ def module_output(name, params, x, num_heads=None):
             return None if wiring is None else wiring[0]()
     except _UNFIT:
         return None
+
+
+def all_parameters(state):
+    """name -> value of every parameter of a module read back with RemoteModule.state, a shared one under each
+    of its names (the state lists it once, under the first): heads that are one module object each get its
+    weights, as they do in the student's forward."""
+    params, aliases = state["parameters"], state.get("aliases", {})
+    names = state.get("parameter_names") or list(params)
+    return {n: params[aliases.get(n, n)] for n in names if aliases.get(n, n) in params}
+
+
+def _listed(names):
+    """'Wq, Wk and Wv'."""
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _shared(state):
+    """The sentence for submodules or parameters of the student's module that are one object under several
+    names (state["aliases"]), or None."""
+    aliases, parameters = state.get("aliases", {}), set(state.get("parameter_names", ()))
+    top = {n: a for n, a in aliases.items() if n.rsplit(".", 1)[0] not in aliases or "." not in n}
+    modules = {n: a for n, a in top.items() if n not in parameters}
+    found, what = (modules, "module object") if modules else (top, "tensor")
+    if not found:
+        return None
+    groups = {}
+    for n, a in found.items():
+        groups.setdefault(a, []).append(n)
+    same = "; ".join(f"{_listed(ns)} {'is' if len(ns) == 1 else 'are'} {a}" for a, ns in groups.items())
+    if modules and all(n.startswith("heads.") for n in found):
+        heads = {".".join(n.split(".")[:2]) for n in parameters if n.startswith("heads.")}
+        which = "your heads are" if len(found) == len(heads) - 1 else f"some of your heads ({same}) are"
+        return (f"{which} the same module object, so they share their weights: create a new CausalAttention for "
+                "each head, e.g. [CausalAttention(...) for _ in range(num_heads)]")
+    return f"your {'submodules' if modules else 'parameters'} are the same {what} under several names ({same}): " \
+           "give each its own"
+
+
+def structure_cause(state, expected):
+    """The cause, in the student's terms, of a module (read back with RemoteModule.state) whose parameters are
+    not the contract's `expected` names (those of the reference module built with the same arguments, in its
+    order): heads or layers that are one object, no output projection Wo, missing or unexpected biases; None
+    when the parameters are the contract's, or differ otherwise (the structure check lists them)."""
+    shared = _shared(state)
+    if shared:
+        return shared
+    got = set(all_parameters(state))
+    order = list(dict.fromkeys(n.split(".")[-2] for n in expected if "." in n))  # Wq, Wk, Wv, Wo
+    expected = set(expected)
+    missing, extra = expected - got, got - expected
+    causes = []
+    if {"Wo.weight", "Wo.bias"} <= missing:
+        causes.append("your MultiHeadAttention has no output projection Wo: create self.Wo = nn.Linear(d_out, "
+                      "d_out) and return Wo applied to the merged heads (B, T, d_out)")
+
+    def layers(names):  # the layers (Wq, Wk, ...) with a bias among `names` whose weight is expected, in order
+        found = {n.split(".")[-2] for n in names if n.endswith(".bias") and f"{n[:-len('.bias')]}.weight" in expected}
+        return [layer for layer in order if layer in found]
+
+    lacking = layers(missing - {"Wo.bias"} if "Wo.weight" in missing else missing)
+    if "Wo" in lacking:
+        causes.append("your Wo has no bias: the contract's Wo is nn.Linear(d_out, d_out), with its bias (the "
+                      "default bias=True), whatever qkv_bias says")
+    if [n for n in lacking if n != "Wo"]:
+        qkv = [n for n in lacking if n != "Wo"]
+        causes.append(f"your {_listed(qkv)} {'has' if len(qkv) == 1 else 'have'} no bias although qkv_bias=True: "
+                      f"create {'it' if len(qkv) == 1 else 'them'} with nn.Linear(d_in, d_out, bias=qkv_bias)")
+    unexpected = layers(extra)
+    if unexpected:
+        causes.append(f"unexpected parameters: {_listed(f'{n}.bias' for n in unexpected)}; the contract has no bias "
+                      f"on {_listed(unexpected)} when qkv_bias=False: create them with nn.Linear(d_in, d_out, "
+                      "bias=qkv_bias)")
+    return "; and ".join(causes) if causes else None
 
 
 def init_order(params, d_in, d_out, seed, qkv_bias=False):
