@@ -5,7 +5,7 @@ from autograder.grade import checks, diagnose, timing
 from autograder.grade.checks import needs_cuda, needs_student_cuda, points
 from autograder.graders import blame
 from autograder.graders.common import (SEED_004_FUSED, SEED_004_INPUTS, SEED_004_STACKED, on_device_error,
-                                       params_of, randn, seeded)
+                                       params_of, randn, seeded, where_raised)
 from autograder.sandbox.errors import StudentError
 from autograder.sandbox.seeding import manual_seed
 from solutions import mha as ref
@@ -236,15 +236,20 @@ def check_meta(remote, d_in, d_out, what):
 
 
 def left_behind(remote, device):
-    """A hint for a module moved with .to(device) whose forward fails there or answers elsewhere: what its
-    buffers say (read back from the student's module)."""
-    def hint():
+    """A hint for a module moved with .to(device) whose forward fails there (the student's `error`) or answers
+    elsewhere (no error): what its buffers say (read back from the student's module), and the failing line."""
+    def hint(error=None):
         buffers = remote.state()["buffers"]
         if not buffers:
             return (f"your {remote.name} registers no buffer, so its causal mask (a plain attribute, or a tensor "
                     f"built in forward) did not follow .to({device!r}): keep it as a buffer "
                     "(self.register_buffer('mask', ...)), or build it on x.device")
         if all(b.device.type == torch.device(device).type for b in buffers.values()):
+            where = where_raised(error)
+            if where:
+                return (f"your buffers moved to {device} with the module, so the tensor left behind is one your code "
+                        "makes on a fixed device (torch.ones, torch.tensor or torch.FloatTensor without device=), "
+                        f"used at {where}: make it on x.device (device=x.device)")
             return (f"your buffers moved to {device} with the module, so forward uses a tensor it creates on a "
                     "fixed device (torch.ones, torch.tensor or torch.FloatTensor without device=x.device)")
         return None
