@@ -214,7 +214,24 @@ def table_variants(max_len, d_model):
     pe = ref_positional.sinusoidal_encoding(max_len, d_model)
     return {"your pe has a leading batch dim, (1, max_len, d_model) (pe.unsqueeze(0), as in the Annotated "
             "Transformer); here it is (max_len, d_model) and forward adds pe[:T]": pe.unsqueeze(0),
+            SEQ_FIRST_TABLE: pe.unsqueeze(1),
             **encoding_variants(max_len, d_model)}
+
+
+SEQ_FIRST_TABLE = ("your pe is seq-first, (max_len, 1, d_model) (pytorch/examples' convention, for x (T, B, "
+                   "d_model)); here x is batch-first, (B, T, d_model): keep pe as (max_len, d_model) and add "
+                   "pe[:T] with T = x.size(1)")
+SEQ_FIRST_SUM = ("your forward adds pe[:x.size(0)], one row per batch item added to all its tokens, as for a "
+                 "seq-first x (T, B, d_model) (pytorch/examples' convention); here x is batch-first, (B, T, "
+                 "d_model): add pe[:T] with T = x.size(1)")
+
+
+def sum_variants(x, pe):
+    """name -> what the usual mistakes of PositionalEncoding.forward give for `x` (B, T, d_model) with the
+    table `pe` (max_len, d_model): a wrong table added, or the right one added seq-first."""
+    T = x.size(1)
+    return {SEQ_FIRST_SUM: x + pe[:x.size(0)].unsqueeze(1).to(x.dtype),
+            **{name: x + table[:T].to(x.dtype) for name, table in encoding_variants(T, x.size(-1)).items()}}
 
 
 # -- the attention modules (mha.py) -------------------------------------------------------------------------
