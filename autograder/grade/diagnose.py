@@ -392,6 +392,33 @@ def module_output(name, params, x, num_heads=None):
         return None
 
 
+FLOAT32_SCALE = ("your scale is a float32 tensor (torch.FloatTensor, or torch.tensor without dtype=), so in float64 "
+                 "the scores are divided by a rounded sqrt({w}): divide by math.sqrt({w}), a Python float")
+
+
+def float32_scale(name, params, x, got, num_heads=None):
+    """FLOAT32_SCALE when `got`, the student's float64 output for `x`, is exactly (to 1e-12) what the reference
+    wiring of `name` gives with the student's `params` and its scale rounded to float32 (divided by
+    float32(sqrt(w)), or times float32(1/sqrt(w))), and that differs from the wiring's own output; else None."""
+    try:
+        wiring = _wiring(name, {k: v.detach().to(x.dtype) for k, v in params.items()}, x, num_heads)
+        if wiring is None or not isinstance(got, torch.Tensor) or got.dtype != torch.float64:
+            return None
+        run, width, width_name = wiring[:3]
+        f32 = lambda value: torch.tensor(value, dtype=torch.float32).item()  # noqa: E731
+        with torch.no_grad():
+            clean = run()
+            rounded = [run(scale=1 / f32(math.sqrt(width))), run(scale=f32(1 / math.sqrt(width)))]
+    except _UNFIT:
+        return None
+    got = got.detach().cpu()
+    for value in rounded:
+        if (value.shape == got.shape and torch.allclose(got, value, atol=1e-12, rtol=0)
+                and not torch.allclose(value, clean, atol=1e-12, rtol=0)):
+            return FLOAT32_SCALE.replace("{w}", width_name)
+    return None
+
+
 def all_parameters(state):
     """name -> value of every parameter of a module read back with RemoteModule.state, a shared one under each
     of its names (the state lists it once, under the first): heads that are one module object each get its
