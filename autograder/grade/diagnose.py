@@ -456,40 +456,43 @@ def _shared(state):
            "give each its own"
 
 
-def structure_cause(state, expected):
+def structure_cause(state, expected, missing_name=None):
     """The cause, in the student's terms, of a module (read back with RemoteModule.state) whose parameters are
     not the contract's `expected` names (those of the reference module built with the same arguments, in its
     order): heads or layers that are one object, no output projection Wo, missing or unexpected biases; None
-    when the parameters are the contract's, or differ otherwise (the structure check lists them)."""
+    when the parameters are the contract's, or differ otherwise (the structure check lists them).
+    `missing_name`: only the cause of that parameter's absence (an error that names it), or None."""
     shared = _shared(state)
-    if shared:
+    if shared and missing_name is None:
         return shared
     got = set(all_parameters(state))
     order = list(dict.fromkeys(n.split(".")[-2] for n in expected if "." in n))  # Wq, Wk, Wv, Wo
     expected = set(expected)
     missing, extra = expected - got, got - expected
-    causes = []
+    causes = []  # (sentence, the parameter names it explains)
     if {"Wo.weight", "Wo.bias"} <= missing:
-        causes.append("your MultiHeadAttention has no output projection Wo: create self.Wo = nn.Linear(d_out, "
-                      "d_out) and return Wo applied to the merged heads (B, T, d_out)")
+        causes.append(("your MultiHeadAttention has no output projection Wo: create self.Wo = nn.Linear(d_out, "
+                       "d_out) and return Wo applied to the merged heads (B, T, d_out)", {"Wo.weight", "Wo.bias"}))
 
-    def layers(names):  # the layers (Wq, Wk, ...) with a bias among `names` whose weight is expected, in order
+    def biases(names):  # the layers (Wq, Wk, ...) with a bias among `names` whose weight is expected, in order
         found = {n.split(".")[-2] for n in names if n.endswith(".bias") and f"{n[:-len('.bias')]}.weight" in expected}
-        return [layer for layer in order if layer in found]
+        return [layer for layer in order if layer in found], {n for n in names if n.split(".")[-2] in found}
 
-    lacking = layers(missing - {"Wo.bias"} if "Wo.weight" in missing else missing)
+    lacking, names = biases(missing - {"Wo.bias"} if "Wo.weight" in missing else missing)
     if "Wo" in lacking:
-        causes.append("your Wo has no bias: the contract's Wo is nn.Linear(d_out, d_out), with its bias (the "
-                      "default bias=True), whatever qkv_bias says")
-    if [n for n in lacking if n != "Wo"]:
-        qkv = [n for n in lacking if n != "Wo"]
-        causes.append(f"your {_listed(qkv)} {'has' if len(qkv) == 1 else 'have'} no bias although qkv_bias=True: "
-                      f"create {'it' if len(qkv) == 1 else 'them'} with nn.Linear(d_in, d_out, bias=qkv_bias)")
-    unexpected = layers(extra)
+        causes.append(("your Wo has no bias: the contract's Wo is nn.Linear(d_out, d_out), with its bias (the "
+                       "default bias=True), whatever qkv_bias says", {"Wo.bias"}))
+    qkv = [n for n in lacking if n != "Wo"]
+    if qkv:
+        causes.append((f"your {_listed(qkv)} {'has' if len(qkv) == 1 else 'have'} no bias although qkv_bias=True: "
+                       f"create {'it' if len(qkv) == 1 else 'them'} with nn.Linear(d_in, d_out, bias=qkv_bias)",
+                       names - {"Wo.bias"}))
+    unexpected, names = biases(extra)
     if unexpected:
-        causes.append(f"unexpected parameters: {_listed(f'{n}.bias' for n in unexpected)}; the contract has no bias "
-                      f"on {_listed(unexpected)} when qkv_bias=False: create them with nn.Linear(d_in, d_out, "
-                      "bias=qkv_bias)")
+        causes.append((f"unexpected parameters: {_listed(f'{n}.bias' for n in unexpected)}; the contract has no "
+                       f"bias on {_listed(unexpected)} when qkv_bias=False: create them with nn.Linear(d_in, d_out, "
+                       "bias=qkv_bias)", names))
+    causes = [c for c, names in causes if missing_name is None or missing_name in names]
     return "; and ".join(causes) if causes else None
 
 

@@ -1,4 +1,6 @@
 """Hidden graders for mha.py: CausalAttention, StackedMultiHeadAttention, MultiHeadAttention."""
+import re
+
 import torch
 
 from autograder.grade import checks, diagnose, timing
@@ -46,16 +48,23 @@ def build(student, name, *args, **kwargs):
 def load(remote, params):
     """remote.load(params); when the student's module lacks one of them, the error names the likely cause
     (what its parameters, read back from it, show)."""
-    checks.with_hint(lambda: remote.load(params), lambda exc: structure_cause(remote))
+    checks.with_hint(lambda: remote.load(params), lambda exc: missing_parameter_cause(lambda: remote, exc))
 
 
-def structure_cause(remote, state=None):
+def structure_cause(remote, state=None, missing_name=None):
     """diagnose.structure_cause of the student's `remote` (its state, read back unless given), against the
     reference module built with the same arguments."""
     state = remote.state() if state is None else state
     with torch.random.fork_rng(devices=[]):
         reference = getattr(ref, remote.name)(*getattr(remote, "args", ()), **getattr(remote, "kwargs", {}))
-    return diagnose.structure_cause(state, [n for n, _ in reference.named_parameters()])
+    return diagnose.structure_cause(state, [n for n, _ in reference.named_parameters()], missing_name)
+
+
+def missing_parameter_cause(remote, exc):
+    """The hint for `exc`, raised when weights were loaded into the student's module (`remote()`, asked only
+    then): the cause of the absence of the parameter that the error names, or None."""
+    named = re.search(r"no parameter named '([^']+)'", str(exc))
+    return structure_cause(remote(), missing_name=named[1]) if named else None
 
 
 def run(remote, x, **kw):
@@ -571,7 +580,14 @@ def speedup_measurement(student, record_property):
     except StudentError as exc:
         crashed = blame.crashed_part(exc, "mha", "MultiHeadAttention")
         if crashed is None:
-            raise
+            try:
+                cause = missing_parameter_cause(lambda: student.new("mha", "MultiHeadAttention", 3, 4, 6, 0.0, 2),
+                                                exc)
+            except StudentError:
+                cause = None
+            if cause is None:
+                raise
+            raise AssertionError(str(exc) + checks.likely_name(cause)) from None
         module, function = blame.PARTS[crashed[0]]
         # Not stood in for, unlike the value checks: a stand-in is the grader's code, and timing it would
         # let a crash that costs a part's few points buy the speed points of a module that was never timed.
