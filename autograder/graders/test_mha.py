@@ -602,12 +602,23 @@ def speedup_measurement(student, record_property):
             parts = parts if inherited_in_timing(student, result) == parts else None
     record_property("timing", result.to_dict())
     if not result.verified:
-        assert parts, UNVERIFIED
+        assert parts, UNVERIFIED + mismatch_cause(result)
         checks.note(blame.note(result.module[0], parts))
     assert result.vouched, (
         f"not timed: in every one of the {result.rounds} rounds, processes of your submission used the CPU while "
         f"the reference modules were timed (they must be idle then; {'; '.join(result.details[:2])})")
     return result
+
+
+def mismatch_cause(result):
+    """The "Likely bug" line of the first timed pass whose output was not the reference's ("" when none names
+    its cause)."""
+    for x, out, module in result.mismatched[:1]:
+        try:
+            return likely_bug(module, x, out)
+        except StudentError:
+            return ""
+    return ""
 
 
 def inherited_in_timing(student, result, samples=3):
