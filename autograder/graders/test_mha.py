@@ -55,8 +55,11 @@ def structure_cause(remote, state=None, missing_name=None):
     """diagnose.structure_cause of the student's `remote` (its state, read back unless given), against the
     reference module built with the same arguments."""
     state = remote.state() if state is None else state
-    with torch.random.fork_rng(devices=[]):
-        reference = getattr(ref, remote.name)(*getattr(remote, "args", ()), **getattr(remote, "kwargs", {}))
+    try:
+        with torch.random.fork_rng(devices=[]):
+            reference = getattr(ref, remote.name)(*getattr(remote, "args", ()), **getattr(remote, "kwargs", {}))
+    except (AttributeError, TypeError, ValueError):
+        return None  # arguments the reference refuses: no contract to compare with
     return diagnose.structure_cause(state, [n for n, _ in reference.named_parameters()], missing_name)
 
 
