@@ -1,11 +1,13 @@
 """Hidden graders for mha.py: CausalAttention, StackedMultiHeadAttention, MultiHeadAttention."""
+import re
+
 import torch
 
 from autograder.grade import checks, diagnose, timing
 from autograder.grade.checks import needs_cuda, needs_student_cuda, points
 from autograder.graders import blame
 from autograder.graders.common import (SEED_004_FUSED, SEED_004_INPUTS, SEED_004_STACKED, on_device_error,
-                                       params_of, randn, seeded)
+                                       params_of, randn, seeded, where_raised)
 from autograder.sandbox.errors import StudentError
 from autograder.sandbox.seeding import manual_seed
 from solutions import mha as ref
@@ -39,8 +41,33 @@ def build(student, name, *args, **kwargs):
     manual_seed(0)
     reference = getattr(ref, name)(*args, **kwargs).eval()
     remote = new(student, name, *args, **kwargs)
-    remote.load(params_of(reference))
+    load(remote, params_of(reference))
     return remote, reference
+
+
+def load(remote, params):
+    """remote.load(params); when the student's module lacks one of them, the error names the likely cause
+    (what its parameters, read back from it, show)."""
+    checks.with_hint(lambda: remote.load(params), lambda exc: missing_parameter_cause(lambda: remote, exc))
+
+
+def structure_cause(remote, state=None, missing_name=None):
+    """diagnose.structure_cause of the student's `remote` (its state, read back unless given), against the
+    reference module built with the same arguments."""
+    state = remote.state() if state is None else state
+    try:
+        with torch.random.fork_rng(devices=[]):
+            reference = getattr(ref, remote.name)(*getattr(remote, "args", ()), **getattr(remote, "kwargs", {}))
+    except (AttributeError, TypeError, ValueError):
+        return None  # arguments the reference refuses: no contract to compare with
+    return diagnose.structure_cause(state, [n for n, _ in reference.named_parameters()], missing_name)
+
+
+def missing_parameter_cause(remote, exc):
+    """The hint for `exc`, raised when weights were loaded into the student's module (`remote()`, asked only
+    then): the cause of the absence of the parameter that the error names, or None."""
+    named = re.search(r"no parameter named '([^']+)'", str(exc))
+    return structure_cause(remote(), missing_name=named[1]) if named else None
 
 
 def run(remote, x, **kw):
@@ -65,14 +92,21 @@ def forward(remote, x, **kw):
     return checks.tensor(value, f"{remote.name}.forward(x {tuple(x.shape)})"), after
 
 
-def unless_inherited(remote, x, got, failure, also=None):
+def unless_inherited(remote, x, got, failure, also=None, otherwise=None):
     """Raise `failure`, unless `got` is what the reference wiring gives with some of the student's own parts
     (attention, heads, masks): then the module is right given its parts, and the check passes with a note
     naming the part to blame (graded in its own module, once). The failure names the likely bug when `got`
-    is what a usual mistake in the module's own wiring gives (autograder.grade.diagnose), or one of `also`."""
+    is what a usual mistake in the module's own wiring gives (autograder.grade.diagnose), or one of `also`;
+    when none is, what `otherwise()` says (None: nothing)."""
     parts = blame.inherited_from(remote.sandbox, remote, x, got)
     if parts is None or not blame.confirmed(remote, x, parts):
-        raise AssertionError(str(failure) + likely_bug(remote, x, got, also)) from None
+        bug = likely_bug(remote, x, got, also)
+        if not bug and otherwise:
+            try:
+                bug = checks.likely_name(otherwise())
+            except StudentError:
+                pass
+        raise AssertionError(str(failure) + bug) from None
     checks.note(blame.note(remote, parts))
     return parts
 
@@ -86,24 +120,44 @@ def likely_bug(remote, x, got, also=None):
     """The "Likely bug" line for `got`, the output of the student's `remote` for `x` (eval mode): the usual
     mistakes of the module's wiring, computed here with the module's own weights, read back from it."""
     try:
-        params = remote.state()["parameters"]
+        state = remote.state()
+        cause = structure_cause(remote, state)
     except StudentError:
         return ""
-    variants = {**(also(params) if also else {}),
+    params = diagnose.all_parameters(state)
+    variants = {**(also(state["parameters"]) if also else {}),
                 **diagnose.module_variants(remote.name, params, x, num_heads_of(remote))}
+    if cause:  # parameters that are not the contract's: evidence when the wiring with them gives `got`
+        output = diagnose.module_output(remote.name, params, x, num_heads_of(remote))
+        if output is not None:
+            variants[cause] = output
     return checks.likely_bug(got, variants)
 
 
-def expect_same(remote, reference, x, what):
+def expect_same(remote, reference, x, what, otherwise=None):
     """Check the output for `x` against the reference; return the student's parts it inherits a fault from
-    ([] when it matches the reference itself)."""
+    ([] when it matches the reference itself). `otherwise`: as for unless_inherited."""
     got, _ = forward(remote, x)
     try:
         with torch.no_grad():
             checks.close(got, reference(x), f"{remote.name} output for x {tuple(x.shape)} {what}".strip())
     except AssertionError as failure:
-        return unless_inherited(remote, x, got, failure)
+        return unless_inherited(remote, x, got, failure, otherwise=otherwise)
     return []
+
+
+def random_in_eval_mode(remote, x):
+    """A hint for an output wrong in eval mode, when two eval-mode calls with other seeds answer differently."""
+    def hint():
+        first, _ = remote(x, seed=1)
+        second, _ = remote(x, seed=2)
+        if (isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor) and first.shape == second.shape
+                and not torch.equal(first, second)):
+            return (f"your {remote.name}'s output in eval mode changes with the random seed, so dropout acts in eval "
+                    "mode: apply the module's nn.Dropout (self.dropout), which model.eval() switches off, or "
+                    "F.dropout(..., training=self.training)")
+        return None
+    return hint
 
 
 def check_causal(remote, d_in, what):
@@ -131,7 +185,8 @@ def check_structure(remote, reference, what):
     if missing or extra:
         raise AssertionError(f"{what}: expected the parameters {sorted(expected)}; "
                              + (f"missing {missing}" if missing else "") + ("; " if missing and extra else "")
-                             + (f"unexpected {extra}" if extra else ""))
+                             + (f"unexpected {extra}" if extra else "")
+                             + checks.likely_name(diagnose.structure_cause(state, list(expected))))
     for name, shape in expected.items():
         if got[name] != shape:
             raise AssertionError(f"{what}: parameter {name} should have shape {shape}, got {got[name]}")
@@ -153,7 +208,8 @@ def check_dropout_on_weights(remote, reference, d_in, block, what, p=0.5):
     x = randn(8, 5, d_in, seed=31)  # (B, T, d_in)
     with torch.no_grad():
         v0 = reference(x)[:, 0]  # (B, features): each head's v0, the output at token 0 in eval mode
-    if expect_same(remote, reference, x, f"in eval mode with dropout={p} (dropout must not act in eval mode)"):
+    if expect_same(remote, reference, x, f"in eval mode with dropout={p}",
+                   otherwise=random_in_eval_mode(remote, x)):
         return  # its output inherits a fault of its parts: the evidence below depends on them (see the note)
     if getattr(remote, "stood_in", None):
         return  # a stand-in for a part that crashes answers the eval-mode inputs only: no evidence here (the note)
@@ -192,15 +248,20 @@ def check_meta(remote, d_in, d_out, what):
 
 
 def left_behind(remote, device):
-    """A hint for a module moved with .to(device) whose forward fails there or answers elsewhere: what its
-    buffers say (read back from the student's module)."""
-    def hint():
+    """A hint for a module moved with .to(device) whose forward fails there (the student's `error`) or answers
+    elsewhere (no error): what its buffers say (read back from the student's module), and the failing line."""
+    def hint(error=None):
         buffers = remote.state()["buffers"]
         if not buffers:
             return (f"your {remote.name} registers no buffer, so its causal mask (a plain attribute, or a tensor "
                     f"built in forward) did not follow .to({device!r}): keep it as a buffer "
                     "(self.register_buffer('mask', ...)), or build it on x.device")
         if all(b.device.type == torch.device(device).type for b in buffers.values()):
+            where = where_raised(error)
+            if where:
+                return (f"your buffers moved to {device} with the module, so the tensor left behind is one your code "
+                        "makes on a fixed device (torch.ones, torch.tensor or torch.FloatTensor without device=), "
+                        f"used at {where}: make it on x.device (device=x.device)")
             return (f"your buffers moved to {device} with the module, so forward uses a tensor it creates on a "
                     "fixed device (torch.ones, torch.tensor or torch.FloatTensor without device=x.device)")
         return None
@@ -290,7 +351,7 @@ def test_stacked_worked_example_seed_004(student):
     params = {f"heads.{h}.{name}.weight": torch.rand(3, 2, generator=g).T  # x @ W == Linear with weight W.T
               for h in range(2) for name in ("Wq", "Wk", "Wv")}
     remote = new(student, "StackedMultiHeadAttention", 3, 2, 6, 0.0, 2)
-    remote.load(params)
+    load(remote, params)
     batch = torch.stack((SEED_004_INPUTS, SEED_004_INPUTS))  # (2, 6, 3)
     out, _ = forward(remote, batch)
     out = checks.shape(out, (2, 6, 4), "the stacked output of tutorial 004")
@@ -400,7 +461,7 @@ def test_fused_equals_stacked_with_same_head_weights(student):
     params["Wo.weight"] = torch.eye(H * head_dim)
     params["Wo.bias"] = torch.zeros(H * head_dim)
     remote = new(student, "MultiHeadAttention", d_in, H * head_dim, 8, 0.0, H)
-    remote.load(params)
+    load(remote, params)
     x = randn(2, 7, d_in)
     got, _ = forward(remote, x)
     try:
@@ -423,7 +484,17 @@ def test_fused_float64(student):
     """MultiHeadAttention in float64 (model.double()) gives float64 outputs that match the reference"""
     remote, reference = build(student, "MultiHeadAttention", 3, 4, 6, 0.0, 2)
     remote.to(dtype=torch.float64)
-    expect_same(remote, reference.double(), randn(2, 6, 3, dtype=torch.float64), "in float64")
+    x = randn(2, 6, 3, dtype=torch.float64)
+    expect_same(remote, reference.double(), x, "in float64", otherwise=float32_constant(remote, x))
+
+
+def float32_constant(remote, x):
+    """A hint for a float64 output that is wrong by a float32 rounding of the scale (diagnose.float32_scale)."""
+    def hint():
+        got, _ = remote(x)
+        params = diagnose.all_parameters(remote.state())
+        return diagnose.float32_scale(remote.name, params, x, got, num_heads_of(remote))
+    return hint
 
 
 @points(1, "errors")
@@ -438,7 +509,7 @@ def test_fused_dropout(student):
     """MultiHeadAttention applies dropout to the attention weights, in training mode only"""
     remote, reference = build(student, "MultiHeadAttention", 3, 16, 6, 0.5, 4)
     identity = {"Wo.weight": torch.eye(16), "Wo.bias": torch.zeros(16)}  # the output shows the merged heads
-    remote.load(identity)
+    load(remote, identity)
     reference.load_state_dict(identity, strict=False)
     check_dropout_on_weights(remote, reference, 3, 4, "MultiHeadAttention(3, 16, 6, 4 heads)")
 
@@ -512,7 +583,14 @@ def speedup_measurement(student, record_property):
     except StudentError as exc:
         crashed = blame.crashed_part(exc, "mha", "MultiHeadAttention")
         if crashed is None:
-            raise
+            try:
+                cause = missing_parameter_cause(lambda: student.new("mha", "MultiHeadAttention", 3, 4, 6, 0.0, 2),
+                                                exc)
+            except StudentError:
+                cause = None
+            if cause is None:
+                raise
+            raise AssertionError(str(exc) + checks.likely_name(cause)) from None
         module, function = blame.PARTS[crashed[0]]
         # Not stood in for, unlike the value checks: a stand-in is the grader's code, and timing it would
         # let a crash that costs a part's few points buy the speed points of a module that was never timed.
@@ -527,12 +605,23 @@ def speedup_measurement(student, record_property):
             parts = parts if inherited_in_timing(student, result) == parts else None
     record_property("timing", result.to_dict())
     if not result.verified:
-        assert parts, UNVERIFIED
+        assert parts, UNVERIFIED + mismatch_cause(result)
         checks.note(blame.note(result.module[0], parts))
     assert result.vouched, (
         f"not timed: in every one of the {result.rounds} rounds, processes of your submission used the CPU while "
         f"the reference modules were timed (they must be idle then; {'; '.join(result.details[:2])})")
     return result
+
+
+def mismatch_cause(result):
+    """The "Likely bug" line of the first timed pass whose output was not the reference's ("" when none names
+    its cause)."""
+    for x, out, module in result.mismatched[:1]:
+        try:
+            return likely_bug(module, x, out)
+        except StudentError:
+            return ""
+    return ""
 
 
 def inherited_in_timing(student, result, samples=3):

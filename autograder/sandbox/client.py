@@ -521,7 +521,8 @@ class RemoteModule:
         self._request("load", f"loading weights into {self.name}", params=dict(params))
 
     def state(self):
-        """Named parameters (deduplicated), all parameter names, buffers and submodule names."""
+        """Named parameters (deduplicated), all parameter names, buffers and submodule names, and `aliases`:
+        each name of a submodule or parameter that is the same object as one named before it -> that name."""
         return self._request("state", f"reading the parameters of {self.name}")
 
     def to(self, device=None, dtype=None):

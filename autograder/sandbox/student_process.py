@@ -833,11 +833,16 @@ def _op_load(req):
 
 def _op_state(req):
     model = _objects[req["handle"]]
+    first, aliases = {}, {}  # id -> the first name of a submodule or parameter; a later name -> that first one
+    for n, obj in [*model.named_modules(remove_duplicate=False), *model.named_parameters(remove_duplicate=False)]:
+        if first.setdefault(id(obj), n) != n:
+            aliases[n] = first[id(obj)]
     return {
         "parameters": {n: _Tensor.detach(p) for n, p in model.named_parameters()},
         "parameter_names": [n for n, _ in model.named_parameters(remove_duplicate=False)],
         "buffers": {n: _Tensor.detach(b) for n, b in model.named_buffers()},
         "modules": [n for n, _ in model.named_modules() if n],
+        "aliases": aliases,
     }
 
 
