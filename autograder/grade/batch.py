@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder import MODULES, __version__
-from autograder.files import remove_interrupted_writes, write_atomic
+from autograder.files import SHARED, remove_interrupted_writes, write_atomic
 from autograder.grade.engine import LazyServers, SubmissionError, grade, taken
 from autograder.paths import KIT
 from autograder.report.formats import render
@@ -260,7 +260,7 @@ def write_gradebook(out: Path, rows: dict[str, Row]):
     writer.writeheader()
     for key in sorted(rows):
         writer.writerow(rows[key].as_csv())
-    write_atomic(Path(out) / GRADEBOOK, buf.getvalue())
+    write_atomic(Path(out) / GRADEBOOK, buf.getvalue(), mode=SHARED)  # the user's umask decides who reads it
 
 
 def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: float = 10.0, *,
@@ -313,7 +313,7 @@ def _write_report(report, sub_id, out, start, stopped=None):
                        ("feedback.md", render(report, "markdown")),
                        ("feedback.html", render(report, "html"))):
         remove_interrupted_writes(folder / name)  # a run killed while writing them left its beginnings here
-        write_atomic(folder / name, text)
+        write_atomic(folder / name, text, mode=SHARED)
     return row_from_report(report, time.monotonic() - start)
 
 

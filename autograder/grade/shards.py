@@ -46,7 +46,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.files import remove_interrupted_writes, write_atomic
+from autograder.files import SHARED, remove_interrupted_writes, write_atomic
 from autograder.grade import batch
 from autograder.report.model import safe_line
 
@@ -145,7 +145,7 @@ def prepare(folder: Path, out: Path, k: int, n: int, *, force: bool = False, tim
     write_atomic(out / MANIFEST, json.dumps({
         "format": FORMAT, "shard": k, "shards": n, **batch.versions(),
         "settings": batch._settings(timeout, call_timeout, options),
-        "submissions": [[i, prints[i]] for i, _ in entries]}, indent=1) + "\n")
+        "submissions": [[i, prints[i]] for i, _ in entries]}, indent=1) + "\n", mode=SHARED)
     return planned
 
 
