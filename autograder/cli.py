@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import click
@@ -335,7 +336,10 @@ def grade_all(folder, output, jobs, force, shard, call_timeout, submission_timeo
     and the message says how to get a stronger level; an explicit
     --isolation none grades, with a warning) or the grader could not run
     the student code of some submissions (their rows: "error", no score; a
-    second run grades them again), or OUT holds another shard's results;
+    second run grades them again), or OUT holds another shard's results, or
+    another grade-all is grading into OUT (it holds OUT/.grade-all.lock:
+    the second run is refused at once, naming the first, and grades
+    nothing; the lock goes when that process ends, however it ends);
     130 after Ctrl-C.
     """
     from autograder.grade import batch, shards
@@ -352,6 +356,21 @@ def grade_all(folder, output, jobs, force, shard, call_timeout, submission_timeo
     except GraderUnavailable as exc:
         click.echo(f"error: the grader cannot run student code here: {exc}", err=True)
         sys.exit(EXIT_CANNOT_RUN)
+    with ExitStack() as stack:  # one run into OUT at a time, from before its plan to its end
+        try:
+            stack.enter_context(batch.output_lock(output))
+        except batch.Busy as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_CANNOT_RUN)
+        _grade_all(folder, output, jobs, force, shard, timeout, options)
+
+
+def _grade_all(folder, output, jobs, force, shard, timeout, options):
+    """grade-all, once OUT is locked (released when this returns or exits, and by the kernel when the process
+    ends however it ends)."""
+    from autograder.grade import batch, shards
+    from autograder.report.model import GradeReport, safe_line
+
     try:
         if shard:  # the shard's submissions alone, its manifest (OUT/shard.json) written before any grading
             planned = shards.prepare(folder, output, *shard, force=force, timeout=timeout, **options)
