@@ -422,7 +422,7 @@ def _grade_all(folder, output, jobs, force, shard, timeout, options):
 
 @cli.command(short_help="Merge the outputs of grade-all --shard into one gradebook.")
 @click.argument("shard_outputs", nargs=-1, required=True, metavar="OUT1 OUT2 ...",
-                type=click.Path(exists=True, file_okay=False, path_type=Path))
+                type=click.Path(file_okay=False, path_type=Path))  # one not there: a shard never started (exit 1)
 @click.option("--output", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for the merged gradebook.csv and every submission's folder, laid out as the OUT of one "
                    "grade-all run of the whole class (a folder of its own: no shard's OUT).")
@@ -441,9 +441,14 @@ def merge(shard_outputs, output):
     which shard (each shard records them in its OUT/shard.json); and it
     lists, by id, what keeps the gradebook from being whole: shards not given
     or given twice, submissions with no row (a shard killed or still running:
-    run it again, it resumes), rows graded before the kit or the settings
-    changed, rows a shard was not assigned, ids in two shards. Either way it
-    writes nothing.
+    run it again, it resumes), outputs with nothing in them yet (a shard
+    never started: a folder not there counts so), rows graded before the kit
+    or the settings changed, rows a shard was not assigned, ids in two
+    shards. Either way it writes nothing, and an earlier merge in OUTPUT is
+    moved to OUTPUT.stale-<date>-<time> (it says so), so that no gradebook
+    there passes for this run's. The merge is built in a fresh folder beside
+    OUTPUT and swapped in whole; an OUTPUT that exists must be empty or an
+    earlier merge's.
 
     \b
     Exit status: 0 when OUTPUT holds the merged class; 1 when shards or rows
@@ -458,9 +463,11 @@ def merge(shard_outputs, output):
         click.echo("error: the shards do not make a whole class; nothing written:", err=True)
         for problem in exc.problems:
             click.echo(f"  - {problem}", err=True)
+        _said_aside(exc, output)
         sys.exit(1)
     except shards.ShardError as exc:
         click.echo(f"error: {exc}; nothing written", err=True)
+        _said_aside(exc, output)
         sys.exit(EXIT_CANNOT_RUN)
     levels = sorted({r.isolation for r in merged.rows.values() if r.isolation})
     if levels:
@@ -473,6 +480,41 @@ def merge(shard_outputs, output):
         click.echo(f"{len(failures)} submission(s) could not be graded because the grader could not run student "
                    "code (status error, no score); run their shards again once the cause is fixed, then merge",
                    err=True)
+
+
+def _said_aside(refusal, output):
+    """The line a refused merge adds where it moved an earlier merge out of OUTPUT (shards.set_aside)."""
+    moved = getattr(refusal, "set_aside", None)
+    if moved is not None:
+        click.echo(f"The earlier merge that was in {output} is now in {moved}: it is not this run's, so no "
+                   f"{output / 'gradebook.csv'} is left to pass for it.", err=True)
+
+
+@cli.command(short_help="List the shards of a class run that have not finished.")
+@click.argument("shards_folder", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("n", type=click.IntRange(1))
+def unfinished(shards_folder, n):
+    """Print K, one a line, for every shard K of N whose OUT, SHARDS_FOLDER/K
+    (the templates' layout: RESULTS/shards/K), has not finished: nothing
+    there yet (never started, or stopped before its manifest), submissions
+    assigned with no row or with a row of an earlier run (stopped, or still
+    running), or rows the grader could not grade. Nothing printed: every
+    shard finished, merge them. The Slurm template's `submit.sh --resume`
+    runs only these again.
+
+    \b
+    Exit status: 0; 2 when SHARDS_FOLDER/K holds a shard of another K or N,
+    or something that is no shard's output.
+    """
+    from autograder.grade import shards
+
+    try:
+        left = shards.unfinished(shards_folder, n)
+    except shards.ShardError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
+    for k in left:
+        click.echo(k)
 
 
 @cli.command(short_help="Write student_template/ from solutions/.")

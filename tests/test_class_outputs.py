@@ -1,5 +1,5 @@
 """What a class run leaves in its OUT (issue 36): one run at a time, and files that the user's umask decides who
-reads.
+reads. tests/test_shards.py shows that a refused merge leaves no earlier gradebook that passes for the current one.
 
 - grade-all locks OUT (an fcntl lock on OUT/.grade-all.lock, held from before its plan to its end): a second
   grade-all into the same OUT is refused at once, naming the first, and grades nothing; the kernel releases the
