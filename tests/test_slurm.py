@@ -7,6 +7,9 @@ and templates/slurm/submit.sh run as the README writes it.
 2. A second run, one array task cancelled (scancel) once it has begun: the merge job refuses (exit 1), naming
    the shard and its ids, and prints the line that runs the rest; the README's `submit.sh --resume` line, run as
    written, grades only that shard again and merges, and the gradebook then equals the plain run's.
+3. A third run, one array task requeued once it has begun (scontrol requeue, as a preemption does): its log
+   keeps the run that was stopped and appends the one that finished, which resumed; the merge equals the plain
+   run.
 
 The class is tests/test_shards_class.py's: 20 entries, 3 graded for real, the others "empty" at once. It skips,
 saying why, where Slurm or munge is not installed (.ci/run installs them with apt where it can) or the user is
@@ -34,7 +37,7 @@ from tests.test_shards_class import COMPARED, compared, folders, make_class
 pytestmark = [pytest.mark.grading, pytest.mark.long]
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
-CLIENTS = ("sbatch", "squeue", "scancel", "sinfo")
+CLIENTS = ("sbatch", "squeue", "scancel", "scontrol", "sinfo")
 HANG_GUARD = 900  # seconds: a guard against a hang, never a bound on speed
 SHARDS = 3
 
@@ -83,6 +86,9 @@ class Slurm:
         if check and proc.returncode:
             raise AssertionError(f"{shlex.join(command)}: exit {proc.returncode}\n{proc.stdout}{proc.stderr}")
         return proc.stdout
+
+    def ok(self, *command) -> bool:
+        return subprocess.run(command, capture_output=True, env=self.env, timeout=HANG_GUARD).returncode == 0
 
     def start(self):
         root = self.root
@@ -237,11 +243,7 @@ def test_a_cancelled_task_is_named_by_the_merge_and_the_readme_resume_line_compl
     results = course / "run-2"
     output, array = submit(slurm, as_written(readme_command(), course / "class", results))
     k = shards.shard_of("reference", SHARDS)  # a shard with a real grading: seconds between its manifest and its end
-    manifest = results / "shards" / str(k) / batch.MANIFEST
-    deadline = time.monotonic() + HANG_GUARD
-    while not manifest.exists():
-        assert time.monotonic() < deadline, f"expected shard {k} to start\n{slurm.queue()}\n{slurm.logs()}"
-        time.sleep(0.05)
+    began(slurm, results, k)
     slurm.run("scancel", f"{array}_{k}")
     slurm.wait_idle()
     assigned = [i for i, _ in shards.read_manifest(results / "shards" / str(k))["submissions"]]
@@ -263,3 +265,34 @@ def test_a_cancelled_task_is_named_by_the_merge_and_the_readme_resume_line_compl
     shard_log = (results / "logs" / f"shard-{k}.out").read_text()
     assert shard_log.count(f"== shard {k}/{SHARDS}:") == 2 and "CANCELLED" in shard_log, \
         f"expected both runs of shard {k} in its log, the cancelled one first:\n{shard_log}"
+
+
+def test_a_requeued_task_appends_to_its_log_and_resumes(slurm, course):
+    results = course / "run-3"
+    _, array = submit(slurm, as_written(readme_command(), course / "class", results))
+    k = shards.shard_of("reference", SHARDS)
+    began(slurm, results, k)
+    task = f"{array}_{k}"
+    slurm.run("scontrol", "requeue", task)
+    # Slurm holds a requeued job for 2 minutes (BeginTime); release it now: the test is of the log, not the wait
+    deadline = time.monotonic() + HANG_GUARD
+    while slurm.run("squeue", "-h", "-j", task, "-o", "%T", check=False).strip() != "PENDING" or \
+            not slurm.ok("scontrol", "update", f"jobid={task}", "starttime=now"):
+        assert time.monotonic() < deadline, f"expected {task} pending again after its requeue\n{slurm.queue()}"
+        time.sleep(0.2)
+    slurm.wait_idle()
+    shard_log = (results / "logs" / f"shard-{k}.out").read_text()
+    runs = re.findall(rf"^== shard {k}/{SHARDS}: job \d+ \(array {array}, task {k}\), run (\d+),", shard_log, re.M)
+    assert runs == ["1", "2"] and "DUE TO JOB REQUEUE" in shard_log, \
+        f"expected run 1 (requeued) then run 2 in shard {k}'s log, appended:\n{shard_log}"
+    assert re.search(r"already graded, \d+ to grade", shard_log.split("run 2,")[1]), "expected run 2 to resume"
+    rows_equal(results / "merged", course / "plain")
+
+
+def began(slurm, results: Path, k: int):
+    """Wait until shard K has written its manifest: it has begun, and its real grading is seconds away."""
+    manifest = results / "shards" / str(k) / batch.MANIFEST
+    deadline = time.monotonic() + HANG_GUARD
+    while not manifest.exists():
+        assert time.monotonic() < deadline, f"expected shard {k} to start\n{slurm.queue()}\n{slurm.logs()}"
+        time.sleep(0.05)
