@@ -325,6 +325,11 @@ def grade_all(folder, output, jobs, force, shard, call_timeout, submission_timeo
     with what was looked for in the error column); timeout and error (the
     grading did not complete: no score, graded again by the next run).
 
+    The gradebook and every report are made under your umask (0644 with
+    the usual 022): they hold students' names and grades, so on a shared
+    file system that only the course's group should read, run it under
+    umask 027 (files 0640, folders 0750).
+
     On a cluster (Slurm, Kubernetes, a CI matrix), run N jobs, job K with
     --shard K/N and an OUT of its own, then `merge` the N OUTs into one
     gradebook (templates/ holds ready-made jobs).

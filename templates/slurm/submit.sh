@@ -100,7 +100,9 @@ grade_options=(--partition="$partition" --cpus-per-task="$cpus" "${mem[@]}" --ti
     "${extra[@]}" --comment="$tag" --export=ALL --open-mode=append --output="$results/logs/shard-%a.out")
 merge_mem=()
 [ "${#mem[@]}" = 0 ] || merge_mem=(--mem=2G)
-merge_options=(--partition="$partition" --cpus-per-task=1 "${merge_mem[@]}" --time=00:30:00 "${extra[@]}"
+merge_time=00:30:00
+[ "$(minutes "$time_limit")" -ge 30 ] || merge_time="$time_limit"
+merge_options=(--partition="$partition" --cpus-per-task=1 "${merge_mem[@]}" --time="$merge_time" "${extra[@]}"
     --comment="$tag" --export=ALL --open-mode=append --output="$results/logs/merge.out")
 
 # ---- which shards --------------------------------------------------------------------------------------------
