@@ -296,3 +296,21 @@ def began(slurm, results: Path, k: int):
     while not manifest.exists():
         assert time.monotonic() < deadline, f"expected shard {k} to start\n{slurm.queue()}\n{slurm.logs()}"
         time.sleep(0.05)
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"MHA_GPU": "1"}, "MHA_GPU=1, but partition 'debug' has no GPUs"),
+    ({"MHA_CPUS": "4096"}, "MHA_CPUS=4096, but the nodes of partition 'debug' have"),
+    ({"MHA_MEM": "100T"}, "Slurm would not run the shards as asked"),
+    ({"MHA_PARTITION": "nosuch"}, "no partition 'nosuch' here (partitions: debug*)"),
+], ids=["gpu", "cpus", "memory", "partition"])
+def test_a_request_the_cluster_cannot_meet_stops_before_anything_is_submitted(slurm, course, env, says):
+    """Never a job that pends for ever (PartitionConfig) or a bare sbatch error: submit.sh says what is wrong."""
+    results = course / "never"
+    words = as_written(readme_command(), course / "class", results)
+    before = slurm.queue()
+    proc = subprocess.run(words, cwd=ROOT, capture_output=True, text=True, env={**slurm.env, **env},
+                          timeout=HANG_GUARD)
+    assert proc.returncode == 2 and says in proc.stderr, f"expected exit 2 and {says!r}, got {proc.returncode}:\n" \
+        f"{proc.stdout}{proc.stderr}"
+    assert slurm.queue() == before and not results.exists(), "expected nothing submitted and nothing written"
