@@ -88,6 +88,23 @@ def test_the_lock_is_counted_within_one_process(tmp_path):
         f"pid {os.getpid()} on " in other.stderr, f"expected the inner release to keep the lock held:\n{other.stderr}"
 
 
+def test_a_shard_graded_from_the_library_is_refused_before_its_manifest_while_another_process_holds_it(tmp_path):
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("not a submission\n")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from autograder.grade import batch\n"
+                               "with batch.output_lock(sys.argv[1]):\n    print('held', flush=True); sys.stdin.read()",
+                               str(tmp_path / "out")], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(batch.Busy, match=f"pid {holder.pid} on "):
+            shards.grade_shard(folder, tmp_path / "out", 0, 1, jobs=1, warm=False)
+        assert os.listdir(tmp_path / "out") == [batch.LOCK], "expected no manifest and no row written"
+    finally:
+        holder.communicate("", timeout=HANG_GUARD)
+
+
 @pytest.mark.grading
 def test_a_second_grade_all_into_the_same_folder_is_refused_and_the_first_ones_death_frees_it(tmp_path):
     """Two real grade-all processes: the first grades a submission that sleeps at import (it holds OUT while it

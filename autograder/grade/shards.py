@@ -155,10 +155,12 @@ def prepare(folder: Path, out: Path, k: int, n: int, *, force: bool = False, tim
 
 def grade_shard(folder: Path, out: Path, k: int, n: int, **kwargs) -> dict:
     """Grade shard K of N of `folder` into `out` (its manifest first), as batch.grade_all grades a class;
-    `kwargs` go to batch.grade_all. The rows of the shard, by row key."""
-    planned = prepare(folder, out, k, n, **{key: value for key, value in kwargs.items()
-                                            if key not in ("jobs", "progress", "warm", "on_interrupt", "planned")})
-    return batch.grade_all(folder, out, planned=planned, **kwargs)
+    `kwargs` go to batch.grade_all. The rows of the shard, by row key. OUT is locked from before its manifest
+    (batch.output_lock: batch.Busy where another run holds it)."""
+    with batch.output_lock(out):
+        planned = prepare(folder, out, k, n, **{key: value for key, value in kwargs.items()
+                                                if key not in ("jobs", "progress", "warm", "on_interrupt", "planned")})
+        return batch.grade_all(folder, out, planned=planned, **kwargs)
 
 
 # ---- merge -------------------------------------------------------------------------------------------------
