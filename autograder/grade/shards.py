@@ -28,9 +28,10 @@ with a different kit, graders, torch, Python or settings, and an output
 folder that is (or holds, or lies in) a shard's. It reports (`Incomplete`,
 exit 1), listing ids, the shards not given, a shard given twice, submissions
 assigned but with no row (a shard killed or still running), an output with
-nothing in it yet (a shard never started), rows that are not the manifest's (graded before the kit, the settings or the submission
-changed: the shard was not run again to the end), rows the shard was not
-assigned, and ids in two shards. It never guesses: either every shard is
+nothing in it yet (a shard never started), rows that are not the manifest's
+(graded before the kit, the settings or the submission changed: the shard
+was not run again to the end), rows the shard was not assigned, and ids in
+two shards. It never guesses: either every shard is
 there, whole and alike, and OUT gets one gradebook (batch.COLUMNS, rows in
 grade-all's order) and a copy of every submission's folder, laid out as one
 grade-all run's OUT, or nothing is written, and an earlier merge in OUT is moved aside (OUT.stale-<time>),
