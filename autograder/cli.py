@@ -430,7 +430,8 @@ def _grade_all(folder, output, jobs, force, shard, timeout, options):
                 type=click.Path(file_okay=False, path_type=Path))  # one not there: a shard never started (exit 1)
 @click.option("--output", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for the merged gradebook.csv and every submission's folder, laid out as the OUT of one "
-                   "grade-all run of the whole class (a folder of its own: no shard's OUT).")
+                   "grade-all run of the whole class (a folder of its own: no shard's OUT; new, empty or an earlier "
+                   "merge's, which is replaced whole).")
 def merge(shard_outputs, output):
     """Merge the OUT folders of the N shards of one class into OUTPUT.
 
@@ -458,7 +459,9 @@ def merge(shard_outputs, output):
     \b
     Exit status: 0 when OUTPUT holds the merged class; 1 when shards or rows
     are missing, unfinished or overlap (the ids listed); 2 when the shards
-    cannot be merged (graded differently, or not shards' outputs).
+    cannot be merged (graded differently, or not shards' outputs), or
+    OUTPUT is a shard's folder or a folder that holds something but no
+    earlier merge.
     """
     from autograder.grade import batch, shards
 
