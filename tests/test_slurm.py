@@ -314,3 +314,17 @@ def test_a_request_the_cluster_cannot_meet_stops_before_anything_is_submitted(sl
     assert proc.returncode == 2 and says in proc.stderr, f"expected exit 2 and {says!r}, got {proc.returncode}:\n" \
         f"{proc.stdout}{proc.stderr}"
     assert slurm.queue() == before and not results.exists(), "expected nothing submitted and nothing written"
+
+
+def test_resume_is_refused_while_jobs_of_the_same_results_are_in_the_queue(slurm, course):
+    """--resume while the first run is queued would grade its shards twice at once: it names the jobs instead."""
+    results = course / "run-busy"
+    _, array = submit(slurm, as_written(readme_command(), course / "class", results))
+    try:
+        words = as_written(readme_command("--resume"), course / "class", results)
+        proc = subprocess.run(words, cwd=ROOT, capture_output=True, text=True, env=slurm.env, timeout=HANG_GUARD)
+        assert proc.returncode == 2 and f"jobs of {results} are still queued or running ({array} " in proc.stderr, \
+            f"expected exit 2 naming job {array}, got {proc.returncode}:\n{proc.stdout}{proc.stderr}"
+    finally:
+        slurm.run("scancel", "--user=root")
+        slurm.wait_idle()
