@@ -100,7 +100,8 @@ def compared(out: Path) -> list[dict]:
 
 def folders(out: Path) -> dict[str, list[str]]:
     """What an OUT holds: each submission folder with the names of its files (the gradebook aside)."""
-    return {p.name: sorted(f.name for f in p.iterdir()) for p in out.iterdir() if p.name != batch.GRADEBOOK}
+    return {p.name: sorted(f.name for f in p.iterdir()) for p in out.iterdir()
+            if p.name not in (batch.GRADEBOOK, batch.LOCK)}  # the lock: held by the grade-all that wrote OUT
 
 
 @pytest.fixture(scope="module")
