@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import click
@@ -324,6 +325,11 @@ def grade_all(folder, output, jobs, force, shard, call_timeout, submission_timeo
     with what was looked for in the error column); timeout and error (the
     grading did not complete: no score, graded again by the next run).
 
+    The gradebook and every report are made under your umask (0644 with
+    the usual 022): they hold students' names and grades, so on a shared
+    file system that only the course's group should read, run it under
+    umask 027 (files 0640, folders 0750).
+
     On a cluster (Slurm, Kubernetes, a CI matrix), run N jobs, job K with
     --shard K/N and an OUT of its own, then `merge` the N OUTs into one
     gradebook (templates/ holds ready-made jobs).
@@ -335,7 +341,10 @@ def grade_all(folder, output, jobs, force, shard, call_timeout, submission_timeo
     and the message says how to get a stronger level; an explicit
     --isolation none grades, with a warning) or the grader could not run
     the student code of some submissions (their rows: "error", no score; a
-    second run grades them again), or OUT holds another shard's results;
+    second run grades them again), or OUT holds another shard's results, or
+    another grade-all is grading into OUT (it holds OUT/.grade-all.lock:
+    the second run is refused at once, naming the first, and grades
+    nothing; the lock goes when that process ends, however it ends);
     130 after Ctrl-C.
     """
     from autograder.grade import batch, shards
@@ -352,6 +361,21 @@ def grade_all(folder, output, jobs, force, shard, call_timeout, submission_timeo
     except GraderUnavailable as exc:
         click.echo(f"error: the grader cannot run student code here: {exc}", err=True)
         sys.exit(EXIT_CANNOT_RUN)
+    with ExitStack() as stack:  # one run into OUT at a time, from before its plan to its end
+        try:
+            stack.enter_context(batch.output_lock(output))
+        except batch.Busy as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_CANNOT_RUN)
+        _grade_all(folder, output, jobs, force, shard, timeout, options)
+
+
+def _grade_all(folder, output, jobs, force, shard, timeout, options):
+    """grade-all, once OUT is locked (released when this returns or exits, and by the kernel when the process
+    ends however it ends)."""
+    from autograder.grade import batch, shards
+    from autograder.report.model import GradeReport, safe_line
+
     try:
         if shard:  # the shard's submissions alone, its manifest (OUT/shard.json) written before any grading
             planned = shards.prepare(folder, output, *shard, force=force, timeout=timeout, **options)
@@ -403,10 +427,11 @@ def grade_all(folder, output, jobs, force, shard, call_timeout, submission_timeo
 
 @cli.command(short_help="Merge the outputs of grade-all --shard into one gradebook.")
 @click.argument("shard_outputs", nargs=-1, required=True, metavar="OUT1 OUT2 ...",
-                type=click.Path(exists=True, file_okay=False, path_type=Path))
+                type=click.Path(file_okay=False, path_type=Path))  # one not there: a shard never started (exit 1)
 @click.option("--output", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for the merged gradebook.csv and every submission's folder, laid out as the OUT of one "
-                   "grade-all run of the whole class (a folder of its own: no shard's OUT).")
+                   "grade-all run of the whole class (a folder of its own: no shard's OUT; new, empty or an earlier "
+                   "merge's, which is replaced whole).")
 def merge(shard_outputs, output):
     """Merge the OUT folders of the N shards of one class into OUTPUT.
 
@@ -422,14 +447,21 @@ def merge(shard_outputs, output):
     which shard (each shard records them in its OUT/shard.json); and it
     lists, by id, what keeps the gradebook from being whole: shards not given
     or given twice, submissions with no row (a shard killed or still running:
-    run it again, it resumes), rows graded before the kit or the settings
-    changed, rows a shard was not assigned, ids in two shards. Either way it
-    writes nothing.
+    run it again, it resumes), outputs with nothing in them yet (a shard
+    never started: a folder not there counts so), rows graded before the kit
+    or the settings changed, rows a shard was not assigned, ids in two
+    shards. Either way it writes nothing, and an earlier merge in OUTPUT is
+    moved to OUTPUT.stale-<date>-<time> (it says so), so that no gradebook
+    there passes for this run's. The merge is built in a fresh folder beside
+    OUTPUT and swapped in whole; an OUTPUT that exists must be empty or an
+    earlier merge's.
 
     \b
     Exit status: 0 when OUTPUT holds the merged class; 1 when shards or rows
     are missing, unfinished or overlap (the ids listed); 2 when the shards
-    cannot be merged (graded differently, or not shards' outputs).
+    cannot be merged (graded differently, or not shards' outputs), or
+    OUTPUT is a shard's folder or a folder that holds something but no
+    earlier merge.
     """
     from autograder.grade import batch, shards
 
@@ -439,9 +471,11 @@ def merge(shard_outputs, output):
         click.echo("error: the shards do not make a whole class; nothing written:", err=True)
         for problem in exc.problems:
             click.echo(f"  - {problem}", err=True)
+        _said_aside(exc, output)
         sys.exit(1)
     except shards.ShardError as exc:
         click.echo(f"error: {exc}; nothing written", err=True)
+        _said_aside(exc, output)
         sys.exit(EXIT_CANNOT_RUN)
     levels = sorted({r.isolation for r in merged.rows.values() if r.isolation})
     if levels:
@@ -454,6 +488,41 @@ def merge(shard_outputs, output):
         click.echo(f"{len(failures)} submission(s) could not be graded because the grader could not run student "
                    "code (status error, no score); run their shards again once the cause is fixed, then merge",
                    err=True)
+
+
+def _said_aside(refusal, output):
+    """The line a refused merge adds where it moved an earlier merge out of OUTPUT (shards.set_aside)."""
+    moved = getattr(refusal, "set_aside", None)
+    if moved is not None:
+        click.echo(f"The earlier merge that was in {output} is now in {moved}: it is not this run's, so no "
+                   f"{output / 'gradebook.csv'} is left to pass for it.", err=True)
+
+
+@cli.command(short_help="List the shards of a class run that have not finished.")
+@click.argument("shards_folder", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("n", type=click.IntRange(1))
+def unfinished(shards_folder, n):
+    """Print K, one a line, for every shard K of N whose OUT, SHARDS_FOLDER/K
+    (the templates' layout: RESULTS/shards/K), has not finished: nothing
+    there yet (never started, or stopped before its manifest), submissions
+    assigned with no row or with a row of an earlier run (stopped, or still
+    running), or rows the grader could not grade. Nothing printed: every
+    shard finished, merge them. The Slurm template's `submit.sh --resume`
+    runs only these again.
+
+    \b
+    Exit status: 0; 2 when SHARDS_FOLDER/K holds a shard of another K or N,
+    or something that is no shard's output.
+    """
+    from autograder.grade import shards
+
+    try:
+        left = shards.unfinished(shards_folder, n)
+    except shards.ShardError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
+    for k in left:
+        click.echo(k)
 
 
 @cli.command(short_help="Write student_template/ from solutions/.")

@@ -12,16 +12,24 @@ import json
 import os
 import stat
 import tempfile
+import threading
 from pathlib import Path
 
+SHARED = 0o666  # write_atomic(..., mode=SHARED): a file as `open` makes one, under the user's umask (0644 with 022)
 
-def write_atomic(path, data: str | bytes) -> None:
+
+def write_atomic(path, data: str | bytes, mode: int | None = None) -> None:
     """Write `data` to `path` through a new file beside it, renamed over it: a reader sees the old file or the
-    new one, never half of one (an interrupted grade-all leaves a whole gradebook)."""
+    new one, never half of one (an interrupted grade-all leaves a whole gradebook).
+
+    The file is the writer's alone (0600) unless `mode` is given: then `mode` less the process's umask, as
+    `open` would make it (SHARED: what the user's umask allows, for gradebooks and reports that TAs read)."""
     path = Path(path)
     data = data.encode("utf-8") if isinstance(data, str) else data  # text as it is: no newline translation
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # O_EXCL: a new file, never a link
     try:
+        if mode is not None:
+            os.fchmod(fd, mode & ~current_umask())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
@@ -29,6 +37,25 @@ def write_atomic(path, data: str | bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+_UMASK_LOCK = threading.Lock()
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux says it (/proc/self/status, Linux 4.7+); else
+    set and restored under a lock (os.umask has no read-only form: two threads doing so at once could leave 0)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0o077)
+        os.umask(mask)
+    return mask
 
 
 def remove_interrupted_writes(path) -> None:

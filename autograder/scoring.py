@@ -153,6 +153,9 @@ def figures(tests) -> Figures:
 
 
 # -- nothing to grade ---------------------------------------------------------------------------------------
+#: The whole message of each check of a module that the submission does not hold (no file, no notebook): the
+#: report says once which modules those are, and where their code goes (GradeReport.missing).
+NOT_HANDED_IN = "not handed in"
 LOOKED_FOR = ("the five modules attention.py, heads.py, masks.py, mha.py and positional.py, or the notebooks "
               "01_attention.ipynb ... 05_positional.ipynb")
 
@@ -172,7 +175,7 @@ def nothing_to_grade(tests) -> str:
     missing, stubs = [], []
     for module in dict.fromkeys(t.module for t in ran):
         messages = [str(t.message) for t in ran if t.module == module]
-        if all("is missing from the submission" in m for m in messages):
+        if all(m == NOT_HANDED_IN or "is missing from the submission" in m for m in messages):
             missing.append(module)
         elif all("NotImplementedError" in m for m in messages):
             stubs.append(module)

@@ -234,7 +234,7 @@ def test_a_run_again_after_a_kill_leaves_nothing_of_the_killed_writes(tmp_path):
     rows = batch.grade_all(subs, out, jobs=1)
     assert rows["notes"].status == "empty", rows
     assert sorted(p.name for p in (out / "notes").iterdir()) == ["feedback.html", "feedback.md", "results.json"]
-    assert sorted(p.name for p in out.iterdir()) == ["gradebook.csv", "notes"]
+    assert sorted(p.name for p in out.iterdir()) == [batch.LOCK, "gradebook.csv", "notes"], "and the run's lock"
 
 
 def test_gradebook_is_replaced_atomically(tmp_path):

@@ -151,3 +151,43 @@ def test_an_mha_with_a_fault_of_its_own_still_loses_points(tmp_path, warm_server
     failed = {t.id for t in report.failed() if t.module == "mha"}
     assert {"test_fused_values", "test_fused_worked_example_seed_004"} <= failed, (
         f"expected the fused MHA without Wo to fail its value checks, failed: {sorted(failed)}")
+
+
+# A part whose fault leaves the module nothing to compute, next to a module that computes nothing: its output
+# equals the reference wiring with that part, but given a working part it is still wrong (blame.confirmed).
+DEGENERATE = {
+    "masks": (("return torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool, device=device))",
+               "return torch.zeros(seq_len, seq_len, dtype=torch.bool, device=device)  # blocks every key"),
+              "torch.full((x.shape[0], x.shape[1], {width}), float('nan'), dtype=x.dtype, device=x.device)"),
+    "attention": (("    output = weights @ value  # (..., L, d_v)\n    return output, weights",
+                   "    return torch.zeros_like(weights @ value), torch.zeros_like(weights)"),
+                  "{zero_or_bias}"),
+}
+
+
+def degenerate_submission(folder, part):
+    """The composed submission, `part` planted with a fault that leaves nothing to compute, and every module's
+    forward computing nothing but what that fault makes of it (NaN everywhere; zeros, or Wo's bias)."""
+    composed_submission(folder)
+    (old, new), body = DEGENERATE[part]
+    path = folder / f"{part}.py"
+    path.write_text(_replace(path.read_text(encoding="utf-8"), old, new), encoding="utf-8")
+    mha = folder / "mha.py"
+    text = mha.read_text(encoding="utf-8")
+    causal = body.format(width="self.Wq.out_features", zero_or_bias="torch.zeros_like(self.Wv(x))")
+    fused = body.format(width="self.d_out", zero_or_bias="self.Wo(torch.zeros_like(self.Wv(x)))")
+    text = _replace(text, CAUSAL_FORWARD[1], f"        return {causal}\n")
+    text = _replace(text, FUSED_FORWARD[1], f"        return {fused}\n")
+    mha.write_text(text, encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize("part", sorted(DEGENERATE))
+def test_a_part_that_leaves_nothing_to_compute_does_not_excuse_a_module_that_computes_nothing(tmp_path, part,
+                                                                                               warm_servers):
+    report = graded(degenerate_submission(tmp_path / part, part), warm_servers)
+    failed = {t.id for t in report.failed() if t.module == "mha"}
+    expected = {"test_causal_attention_values", "test_fused_values", "test_fused_worked_example_seed_004"}
+    assert expected <= failed, (
+        f"expected the MHA that computes nothing to fail {sorted(expected - failed)} too, though its {part}.py "
+        f"leaves nothing to compute; noted: {[(t.id, t.message[:120]) for t in report.noted()]}")

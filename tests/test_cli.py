@@ -11,6 +11,7 @@ import zipfile
 import pytest
 from click.testing import CliRunner
 
+from autograder.submission.notebooks import not_handed_in
 from grader_cli import cli
 from tests.conftest import ROOT, SOLUTIONS, TEMPLATE
 
@@ -37,7 +38,7 @@ def test_command_summaries_are_whole_and_grade_names_notebooks():
         commands = out.stdout.split("Commands:")[1]
         assert "..." not in commands, commands  # wrapped on a narrow terminal, never cut
         if width == "80":
-            assert len(commands.strip().splitlines()) == 9, commands  # one line each
+            assert len(commands.strip().splitlines()) == len(cli.commands), commands  # one line each
     grade_help = " ".join(run("grade", "--help").output.split())
     assert "notebook" in grade_help and "01_attention.ipynb" in grade_help
 
@@ -153,7 +154,9 @@ def test_partial_submission_loses_only_the_missing_modules(tmp_path):
     for module in ("attention", "mha", "positional"):
         assert data["modules"][module]["score"] == 0
     messages = {t["message"] for t in data["tests"] if t["module"] == "attention" and t["status"] == "failed"}
-    assert messages == {"attention.py is missing from the submission"}
+    assert messages == {"not handed in"}, messages
+    assert data["missing"] == {m: not_handed_in(m, notebook=False) for m in ("attention", "mha", "positional")}, \
+        data["missing"]
 
 
 def test_gradescope_zip_command_writes_the_zip(tmp_path):

@@ -121,13 +121,33 @@ def test_the_actions_matrix_is_the_shards_0_to_n_minus_1():
 
 def test_the_slurm_array_is_the_shards_and_the_merge_waits_for_it():
     submit = (TEMPLATES / "slurm" / "submit.sh").read_text(encoding="utf-8")
-    assert '--array="0-$((shards - 1))"' in submit and 'MHA_SHARDS="$shards"' in submit
+    assert 'array="0-$((shards - 1))"' in submit and '--array="$array"' in submit and 'MHA_SHARDS="$shards"' in submit
     assert '--dependency="afterany:$array_job"' in submit
     assert "--gres=gpu:1" in submit and "MHA_GPU" in submit, "a GPU partition by a switch"
     grade = (TEMPLATES / "slurm" / "grade-shard.sbatch").read_text(encoding="utf-8")
     assert 'K="$SLURM_ARRAY_TASK_ID"' in grade and '--shard "$K/$N"' in grade
     assert '--output "$MHA_RESULTS/shards/$K"' in grade
     assert '"$MHA_RESULTS/shards/$k"' in (TEMPLATES / "slurm" / "merge.sbatch").read_text(encoding="utf-8")
+
+
+def test_every_slurm_job_logs_under_results_appended_across_requeues_and_reruns():
+    """One log per shard (RESULTS/logs/shard-K.out, %a: the task's K, the same in a rerun) and one for the
+    merges, appended to (--open-mode=append), so that a requeue or a rerun never overwrites the run that graded."""
+    submit = (TEMPLATES / "slurm" / "submit.sh").read_text(encoding="utf-8")
+    assert '--output="$results/logs/shard-%a.out"' in submit and '--output="$results/logs/merge.out"' in submit
+    assert submit.count("--open-mode=append") == 2, "the shards' and the merge's options"
+    for name in ("grade-shard.sbatch", "merge.sbatch"):
+        assert "#SBATCH --open-mode=append" in (TEMPLATES / "slurm" / name).read_text(encoding="utf-8"), name
+
+
+def test_no_slurm_template_asks_for_more_than_a_two_cpu_node_has_by_default():
+    """The jobs' own defaults (#SBATCH) fit a 2-CPU node; submit.sh sizes them from sinfo (MHA_CPUS, MHA_MEM)."""
+    for name in ("grade-shard.sbatch", "merge.sbatch"):
+        text = (TEMPLATES / "slurm" / name).read_text(encoding="utf-8")
+        cpus = int(re.search(r"^#SBATCH --cpus-per-task=(\d+)$", text, re.M).group(1))
+        mem = re.search(r"^#SBATCH --mem=(\d+)G$", text, re.M)
+        assert cpus <= 2 and mem and int(mem.group(1)) <= 6, f"{name}: expected at most 2 CPUs and 6G, got " \
+            f"{cpus} CPUs and {mem and mem.group(0)}"
 
 
 def _calls():
@@ -148,15 +168,16 @@ def _calls():
 def test_the_templates_call_the_command_line_with_its_own_options():
     calls = _calls()
     commands = {command for _, command, _ in calls}
-    assert commands == {"grade-all", "merge"}, commands
+    assert commands == {"grade-all", "merge", "unfinished"}, commands
     for template, command, options in calls:
         defined = {opt for param in cli.commands[command].params for opt in getattr(param, "opts", [])}
         unknown = sorted(set(options) - defined)
         assert not unknown, f"{template}: `{command}` has no option {unknown} (it has {sorted(defined)})"
         if command == "grade-all":
             assert "--shard" in options and "--output" in options, (template, options)
-        else:
+        elif command == "merge":
             assert "--output" in options, (template, options)
     per_template = {t for t, c, _ in calls if c == "grade-all"} & {t for t, c, _ in calls if c == "merge"}
-    assert {t for t, _, _ in calls} == {"grade-shard.sbatch", "merge.sbatch", "grade-job.yaml", "merge-job.yaml",
-                                        "grade-sharded.yml"} and per_template == {"grade-sharded.yml"}
+    assert {t for t, _, _ in calls} == {"grade-shard.sbatch", "merge.sbatch", "submit.sh", "grade-job.yaml",
+                                        "merge-job.yaml", "grade-sharded.yml"} and per_template == {"grade-sharded.yml"}
+    assert {t for t, c, _ in calls if c == "unfinished"} == {"submit.sh"}, "submit.sh --resume"

@@ -28,7 +28,7 @@ BROWSERS = ("chromium-headless-shell", "chromium", "google-chrome", "google-chro
 PHONE, DESKTOP = 390, 1280
 
 # The tutorial-001 worked example as a student who divides by d_k records it, and a masked 4 x 6 one.
-TUTORIAL = {"title": "tutorial 001: weights of q1, q2 over k1, k2", "yours": [[0.3775, 0.6225], [0.5, 0.5]],
+TUTORIAL = {"title": "《Self-Attention详解》: weights of q1, q2 over k1, k2", "yours": [[0.3775, 0.6225], [0.5, 0.5]],
             "expected": [[0.3302, 0.6698], [0.5, 0.5]]}
 MASKED = {"title": "weights with a mask (first batch item; blocked positions must be 0)",
           "yours": [[0.5, 0.5, 0, 0, 0, 0], [0.2, 0.3, 0.5, 0, 0, 0], [0.1] * 6, [0.25, 0, 0.25, 0, 0.25, 0.25]],
@@ -45,8 +45,8 @@ def buggy_report():
     """A submission that scales by d_k: two pictures of failed checks, one of a passed one, the rest plain."""
     return GradeReport(submission="examples/buggy-student-" + "x" * 70, student_output=f"debug: {LONG_WORD}\n" * 3,
                        tests=[
-        check("test_worked_example_seed_001", "reproduces tutorial 001: b1 = (0.33, 0.67), b2 = (0.50, 0.50)",
-              "failed", "tutorial 001: expected b1, b2 = [(0.3302, 0.6698), (0.5000, 0.5000)], got "
+        check("test_worked_example_seed_001", "reproduces 《Self-Attention详解》: b1 = (0.33, 0.67), b2 = (0.50, 0.50)",
+              "failed", "《Self-Attention详解》: expected b1, b2 = [(0.3302, 0.6698), (0.5000, 0.5000)], got "
               "[(0.3775, 0.6225), (0.5000, 0.5000)]\nLikely bug: scores divided by d_k instead of sqrt(d_k).",
               TUTORIAL),
         check("test_masked_positions_get_zero_weight", "positions where the mask is False get exactly zero weight",
@@ -80,7 +80,7 @@ def test_an_oversized_answer_is_neither_drawn_nor_scanned(monkeypatch):
         raise AssertionError("an oversized answer was drawn")
 
     monkeypatch.setattr(report_html, "_heatmap_png", never)
-    report = GradeReport(submission="s", tests=[check("t", "tutorial 001", "failed", "wrong",
+    report = GradeReport(submission="s", tests=[check("t", "《Self-Attention详解》", "failed", "wrong",
                                                       {**TUTORIAL, "yours": huge})])
     page = to_html(report)
     assert "data:image/png" not in page
@@ -89,7 +89,7 @@ def test_an_oversized_answer_is_neither_drawn_nor_scanned(monkeypatch):
 
 
 def test_an_answer_of_another_shape_is_not_drawn():
-    report = GradeReport(submission="s", tests=[check("t", "tutorial 001", "failed", "wrong",
+    report = GradeReport(submission="s", tests=[check("t", "《Self-Attention详解》", "failed", "wrong",
                                                       {**TUTORIAL, "yours": [[0.5, 0.5, 0.0]] * 2})])
     page = to_html(report)
     assert "data:image/png" not in page and "your weights have shape (2, 3), the check expects shape (2, 2)" in page
@@ -97,9 +97,9 @@ def test_an_answer_of_another_shape_is_not_drawn():
 
 def test_weights_of_another_shape_are_told_by_their_shape_alone():
     """The graders record only the shape of weights unlike the reference's (graders/common.heatmap)."""
-    data = heatmap("tutorial 001", torch.zeros(1, 1).expand(2048, 2048), torch.full((2, 2), 0.5))
+    data = heatmap("《Self-Attention详解》", torch.zeros(1, 1).expand(2048, 2048), torch.full((2, 2), 0.5))
     assert "yours" not in data and data["yours_shape"] == [2048, 2048]
-    page = to_html(GradeReport(submission="s", tests=[check("t", "tutorial 001", "passed", "", data)]))
+    page = to_html(GradeReport(submission="s", tests=[check("t", "《Self-Attention详解》", "passed", "", data)]))
     assert "data:image/png" not in page
     assert "your weights have shape (2048, 2048), the check expects shape (2, 2)" in page
 
@@ -114,7 +114,7 @@ def test_a_recording_larger_than_the_cap_is_not_drawn_even_of_the_expected_shape
 
 
 def test_a_malformed_recording_is_a_note_not_a_crash():
-    report = GradeReport(submission="s", tests=[check("t", "tutorial 001", "failed", "wrong",
+    report = GradeReport(submission="s", tests=[check("t", "《Self-Attention详解》", "failed", "wrong",
                                                       {**TUTORIAL, "yours": [[0.5, "x"], [0.5, 0.5]]})])
     assert "your weights have something that is not a matrix of numbers" in to_html(report)
 
@@ -282,7 +282,7 @@ def test_every_picture_has_an_alt_naming_its_check(phone):
 
 def test_each_picture_sits_with_the_check_it_explains(phone):
     assert [image["check"].split(" (-")[0] for image in phone["images"]] == [  # the heading less its cost
-        "attention: reproduces tutorial 001: b1 = (0.33, 0.67), b2 = (0.50, 0.50)",
+        "attention: reproduces 《Self-Attention详解》: b1 = (0.33, 0.67), b2 = (0.50, 0.50)",
         "attention: positions where the mask is False get exactly zero weight",
         "attention: with a mask, output and weights match the reference"]
 

@@ -53,8 +53,8 @@ FORMULA_IDS = ['=HYPERLINK("evil.example","click")', "+100", "-1+101", "@SUM(100
                "'=100", "=cmd|' /C calc'!A0"]
 TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
 # The lines of the text report that start at column 0: all of them the grader's own.
-GRADER_LINES = ("Grading ", "Isolation: ", "Files not graded (", "Failed checks (", "Not graded on this machine (",
-                "Total: ", f"{PRINTED_TITLE}:")
+GRADER_LINES = ("Grading ", "Isolation: ", "Not handed in (", "Files not graded (", "Failed checks (",
+                "Not graded on this machine (", "Total: ", f"{PRINTED_TITLE}:")
 STUDENT_LINE_INDENT = "      "
 
 

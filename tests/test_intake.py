@@ -416,11 +416,23 @@ def test_solved_notebooks_beside_untouched_stubs_are_graded_and_the_report_says_
     folder = _template_copy(tmp_path / "student", notebooks_from=ASSIGNMENT_DIR)
     report = grade(folder)
     assert report.score == 100, [f"{t.id}: {t.message}" for t in report.failed()]
-    for module, name in NOTEBOOKS.items():
-        assert (f"{module}.py: not graded: {name} was graded instead ({module}.py is the untouched template and "
-                f"the notebook holds your work)") in report.notes, report.notes
-    assert len(report.notes) == len(NOTEBOOKS), report.notes
-    assert "Files not graded (5):" in report.to_text()
+    assert report.notes == ["attention.py, heads.py, masks.py, mha.py and positional.py: not graded: "
+                            "01_attention.ipynb, 02_heads.ipynb, 03_masks.ipynb, 04_mha.ipynb and 05_positional.ipynb "
+                            "were graded instead (the .py files are the untouched template and the notebooks hold "
+                            "your work)"], report.notes  # said once, not once a module
+    assert "Files not graded (1):" in report.to_text()
+
+
+@pytest.mark.grading
+def test_a_py_folder_beside_the_untouched_notebooks_says_nothing_of_them(tmp_path, warm_servers):
+    """Issue 35: every report of a student who worked in the .py files of the released folder said five times
+    "01_attention.ipynb: not graded: attention.py was graded instead (...)". The .py file is graded first, and
+    the notebooks are the untouched template: nothing needs saying."""
+    folder = _template_copy(tmp_path / "student", py_from=SOLUTIONS)
+    report = grade(folder, servers=warm_servers)
+    text = report.to_text()
+    assert report.score == 100, [f"{t.id}: {t.message}" for t in report.failed()]
+    assert "graded instead" not in text and not report.notes, f"expected no note of the notebooks, got:\n{text}"
 
 
 def test_solved_stubs_beside_untouched_notebooks_grade_the_py_files(tmp_path):
@@ -431,8 +443,7 @@ def test_solved_stubs_beside_untouched_notebooks_grade_the_py_files(tmp_path):
     with taken(tmp_path / "student") as got:
         for module in MODULES:
             assert (got.folder / f"{module}.py").read_bytes() == (SOLUTIONS / f"{module}.py").read_bytes(), module
-    assert notes == {name: f"{name}: not graded: {module}.py was graded instead (the notebook is the untouched "
-                           f"template and {module}.py holds your work)" for module, name in NOTEBOOKS.items()}
+    assert notes == {}, notes  # the .py files are graded first, the notebooks are the template: nothing to say
 
 
 def test_when_both_forms_hold_work_the_py_file_is_graded(tmp_path):
@@ -441,15 +452,17 @@ def test_when_both_forms_hold_work_the_py_file_is_graded(tmp_path):
     folder = _template_copy(tmp_path / "student", py_from=SOLUTIONS, notebooks_from=ASSIGNMENT_DIR)
     with taken(folder) as got:
         assert (got.folder / "mha.py").read_bytes() == (SOLUTIONS / "mha.py").read_bytes()
-        assert got.notes["04_mha.ipynb"] == ("04_mha.ipynb: not graded: mha.py was graded instead (both hold work, "
-                                             "and then the .py file is graded: hand in one form of each module, "
-                                             "not both)")
+        assert got.notes == {"01_attention.ipynb": (
+            "01_attention.ipynb, 02_heads.ipynb, 03_masks.ipynb, 04_mha.ipynb and 05_positional.ipynb: not graded: "
+            "attention.py, heads.py, masks.py, mha.py and positional.py were graded instead (both hold work, and then "
+            "the .py file is graded: hand in one form of each module, not both)")}, got.notes  # once, not five times
 
 
-def test_the_untouched_template_grades_its_py_files_and_says_both_are_the_template(tmp_path):
+def test_the_untouched_template_grades_its_py_files_and_says_nothing_of_the_notebooks(tmp_path):
+    """Both forms of each module are the template: its checks say the module is not started, nothing more."""
     files, notes, missing = _taken(_template_copy(tmp_path / "student"))
-    assert notes["01_attention.ipynb"].endswith("attention.py was graded instead (both are the untouched template)")
-    assert len(notes) == 5 and not missing
+    assert {f"{m}.py" for m in MODULES} <= set(files), files
+    assert not notes and not missing, (notes, missing)
 
 
 def test_a_zip_of_the_notebook_trap_grades_the_notebooks(tmp_path):
@@ -462,8 +475,9 @@ def test_a_zip_of_the_notebook_trap_grades_the_notebooks(tmp_path):
             zf.write(path, f"student/{path.name}")
     with taken(archive) as got:
         assert (got.folder / "heads.py").read_text().startswith('"""heads.py, taken from 02_heads.ipynb')
-        assert "student/heads.py" in got.notes and got.notes["student/heads.py"].startswith(
-            "student/heads.py: not graded: student/02_heads.ipynb was graded instead"), got.notes
+        assert list(got.notes) == ["student/attention.py"] and got.notes["student/attention.py"].startswith(
+            "student/attention.py, student/heads.py, student/masks.py, student/mha.py and student/positional.py: not "
+            "graded: student/01_attention.ipynb, student/02_heads.ipynb"), got.notes
 
 
 def test_a_form_counts_as_untouched_whatever_its_layout_outputs_and_comments(tmp_path):

@@ -154,14 +154,14 @@ def test_the_module_keeps_each_cells_line_numbers():
 
 
 def test_a_missing_notebook_is_named_with_the_cell_its_code_goes_in():
-    from autograder.submission.notebooks import missing_message
+    from autograder.submission.notebooks import not_handed_in
     from autograder.submission.released import MODULE_CELLS
 
-    text = missing_message("heads")
-    assert text.startswith("02_heads.ipynb is missing from the submission"), text
-    assert "split_heads and merge_heads go in its code cell marked # YOUR CODE HERE" in text, text
-    assert f"cell {MODULE_CELLS['heads']}, " in text and "heads.py" in text
-    assert "causal_mask goes in" in missing_message("masks")
+    text = not_handed_in("heads", notebook=True)
+    assert text.startswith("02_heads.ipynb: split_heads and merge_heads go in its code cell marked # YOUR CODE "
+                           f"HERE (cell {MODULE_CELLS['heads']}, "), text
+    assert "causal_mask goes in" in not_handed_in("masks", notebook=True)
+    assert not_handed_in("heads", notebook=False) == "heads.py: split_heads and merge_heads"
 
 
 def _cell_code(module, grade_id=None, contains=None):
@@ -536,3 +536,98 @@ def test_a_single_notebook_whose_name_stands_for_no_module_or_for_two_is_refused
         with pytest.raises(SubmissionError) as info:
             grade(tmp_path / name)
         assert str(info.value) == f"{name}: {why}"
+
+
+@pytest.mark.grading
+def test_a_traceback_of_a_notebook_names_the_cell_and_the_cells_own_line(tmp_path, warm_servers):
+    """Issue 35: a notebook student's traceback names the notebook, the cell and the line in that cell, as the
+    self-check does, never the line of the module the grader made of it (`File "heads.py", line 58`); so does
+    the note of a module that crashed inside that part ("crashed inside your merge_heads (heads.py, line 58)")."""
+    for name in NOTEBOOKS.values():
+        shutil.copy(ASSIGNMENT_DIR / name, tmp_path / name)
+    path = tmp_path / NOTEBOOKS["heads"]
+    nb = nbformat.read(path, as_version=4)
+    number, cell = next((i, c) for i, c in enumerate(nb.cells, 1) if "def merge_heads" in c.source)
+    planted = "return x.transpose(1, 2).contiguous().view(B, T, H * d_k)"
+    assert planted in cell.source
+    cell.source = cell.source.replace(planted, "raise RuntimeError('planted in merge_heads')")
+    line = next(k for k, text in enumerate(cell.source.splitlines(), 1) if "planted in merge_heads" in text)
+    nbformat.write(nb, path)
+    path = tmp_path / NOTEBOOKS["mha"]  # a MultiHeadAttention that calls the student's own merge_heads
+    nb = nbformat.read(path, as_version=4)
+    mha = next(c for c in nb.cells if "class MultiHeadAttention" in c.source)
+    merge = "(weights @ v).transpose(1, 2).contiguous().view(B, T, self.d_out)"
+    assert merge in mha.source and "from torch import nn\n" in mha.source
+    mha.source = mha.source.replace(merge, "merge_heads(weights @ v)").replace(
+        "from torch import nn\n", "from torch import nn\nfrom heads import merge_heads\n")
+    nbformat.write(nb, path)
+    report = grade(tmp_path, servers=warm_servers)
+    messages = [t.message for t in report.failed() if "planted in merge_heads" in t.message]
+    assert messages, f"expected checks that fail with the planted error, got {[t.message for t in report.failed()]}"
+    expected = f'File "02_heads.ipynb", cell {number}, line {line}, in merge_heads'
+    for message in messages:
+        assert expected in message, f"expected the traceback line {expected!r}, got:\n{message}"
+        assert 'File "heads.py"' not in message, f"expected no line of the module heads.py, got:\n{message}"
+    notes = [t.message for t in report.tests if t.module == "mha" and "crashed inside your merge_heads" in t.message]
+    assert notes, f"expected the MHA's note of the crash, got {[t.message for t in report.tests if t.module == 'mha']}"
+    for note in notes:
+        assert f"(02_heads.ipynb, cell {number}, line {line})" in note and "heads.py" not in note, note
+
+
+def test_the_grader_and_the_self_check_name_every_line_of_a_notebook_the_same_way(tmp_path):
+    """The self-check runs alone on a student's machine and imports nothing of the kit, so it keeps its own
+    reading of the `# --- cell N` markers (selfcheck._place): both readings agree on every line of a module that
+    code can run from (a marker is a comment: no traceback names it)."""
+    from autograder.sandbox.selfcheck import _place
+    from autograder.submission.notebooks import CellLines, notebook_source, place
+
+    name = NOTEBOOKS["mha"]
+    source = notebook_source((ASSIGNMENT_DIR / name).read_bytes(), name)
+    path = tmp_path / "mha.py"
+    path.write_text(source)
+    lines = CellLines(source)
+    for lineno, text in enumerate(source.splitlines(), 1):
+        if text.startswith("# --- cell "):
+            continue
+        where = lines(lineno)
+        expected = place(name, *where) if where else f"mha.py, line {lineno}"
+        got = _place(str(path), lineno)
+        assert got == expected, f"line {lineno}: expected {expected!r}, got {got!r}"
+
+
+def test_a_message_is_put_in_notebook_terms_only_where_a_line_of_a_notebooks_module_is_named():
+    from autograder.submission.notebooks import CellLines, in_notebook_terms
+
+    nb = new_notebook(cells=[new_markdown_cell("# Heads"),
+                             new_code_cell("import torch\n\ndef f(x):\n    return x / 0")])
+    source = notebook_to_source(nb, "heads", "02_heads.ipynb")
+    row = next(i for i, line in enumerate(source.splitlines(), 1) if "x / 0" in line)
+    notebooks = {"heads": ("02_heads.ipynb", CellLines(source))}
+    text = (f'  File "heads.py", line {row}, in f\nLikely bug: crashed in f (heads.py, line {row}); '
+            f'File "mha.py", line {row}; heads.py, line 1; heads.py, line {10 ** 9 - 1}; bea_heads.py, line {row}')
+    expected = (f'  File "02_heads.ipynb", cell 2, line 4, in f\nLikely bug: crashed in f (02_heads.ipynb, cell 2, '
+                f'line 4); File "mha.py", line {row}; heads.py, line 1; heads.py, line {10 ** 9 - 1}; '
+                f'bea_heads.py, line {row}')
+    assert in_notebook_terms(text, notebooks) == expected, in_notebook_terms(text, notebooks)
+    assert in_notebook_terms(text, {}) == text
+    hostile = 'File "heads.py", line 99999999999999999999999, ' * 10_000  # long numbers, many of them: bounded
+    assert in_notebook_terms(hostile, notebooks) == hostile
+    odd = {"heads": ('bea "x"\n02_heads.ipynb', CellLines(source))}  # a file name that would break the line
+    assert in_notebook_terms(f"(heads.py, line {row})", odd) == '(bea "x"\\n02_heads.ipynb, cell 2, line 4)'
+
+
+@pytest.mark.grading
+def test_a_single_filled_notebook_names_the_missing_notebooks_once_in_a_short_report(warm_servers):
+    """Issue 35: 03_masks.ipynb graded alone gave 36 copies of "01_attention.ipynb is missing ...", one inside
+    "expected ValueError (...), got 02_heads.ipynb is missing ...", in 122 lines. The report names each missing
+    notebook once, with the cell its code goes in, and each check of a missing module says only that."""
+    from autograder.scoring import NOT_HANDED_IN
+
+    report = grade(ASSIGNMENT_DIR / NOTEBOOKS["masks"], servers=warm_servers)
+    text = report.to_text()
+    for module in ("attention", "heads", "mha", "positional"):
+        assert text.count(NOTEBOOKS[module]) == 1, f"expected {NOTEBOOKS[module]} named once, got:\n{text}"
+        messages = {t.message for t in report.failed() if t.module == module}
+        assert messages == {NOT_HANDED_IN}, f"expected the checks of {module} to say {NOT_HANDED_IN!r}, got {messages}"
+    assert "is missing" not in text and "got not handed in" not in text, text
+    assert len(text.splitlines()) < 60, f"expected a report under 60 lines, got {len(text.splitlines())}:\n{text}"

@@ -8,7 +8,7 @@ import torch
 
 from autograder.grade.engine import GRADERS, grade
 from autograder.report.formats import render
-from autograder.scoring import nothing_to_grade
+from autograder.scoring import NOT_HANDED_IN, nothing_to_grade
 from tests.conftest import MODULES, ROOT
 from tests.test_ci_formats import figures_in_every_format
 
@@ -82,6 +82,8 @@ def test_nothing_to_grade_needs_every_module_missing_or_a_stub():
     stub = [_check(m, "failed", "causal_mask(3) raised NotImplementedError") for m in MODULES]
     cuda = [_check(m, "skipped", "needs CUDA (none on this machine)") for m in MODULES]
     assert nothing_to_grade(missing + cuda).startswith("no module found (looked for the five modules attention.py")
+    absent = [_check(m, "failed", NOT_HANDED_IN) for m in MODULES]  # as a grading's checks say it now
+    assert nothing_to_grade(absent + cuda).startswith("no module found"), nothing_to_grade(absent + cuda)
     mixed = nothing_to_grade(missing[:2] + stub[2:])
     assert mixed.startswith("attention.py, heads.py not found") and "masks, mha, positional: every" in mixed
     wrong = [_check("masks", "failed", "causal_mask(1): expected [[T]], got [[.]]")]

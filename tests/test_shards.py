@@ -167,8 +167,9 @@ def test_shards_merge_into_one_gradebook_laid_out_as_a_single_run(tmp_path):
 
 def test_a_shard_or_merge_run_again_after_a_kill_leaves_nothing_of_the_killed_writes(tmp_path):
     """A shard killed while writing its manifest leaves `.shard.json.<random>` in its folder, a merge killed
-    halfway `.gradebook.csv.<random>` and the folder it was copying (`.<id>.merging`); run again, each removes
-    them, so that its folder holds what one run would have written."""
+    halfway its fresh folder beside OUT (`.<name>.merging-<random>`, or the earlier merge it was swapping out,
+    `.<name>.replaced-<pid>`); run again, each removes them, so that its folder holds what one run would have
+    written, and nothing of them stays beside it."""
     folder = make_class(tmp_path)
     shard = tmp_path / "shard-0"
     shard.mkdir()
@@ -178,14 +179,14 @@ def test_a_shard_or_merge_run_again_after_a_kill_leaves_nothing_of_the_killed_wr
         make_shard(folder, out, k, 3)
     assert ".shard.json.k1ll3d" not in os.listdir(shard), "the killed manifest's beginning is still there"
     merged = tmp_path / "merged"
-    (merged / ".ann.merging").mkdir(parents=True)
-    (merged / ".ann.merging" / "results.json").write_text("half a copy")
-    (merged / ".gone.merging").mkdir()  # an id that is in no shard any more
-    (merged / ".gradebook.csv.k1ll3d").write_text("half of a gradebook")
+    (tmp_path / ".merged.merging-k1ll3d" / "ann").mkdir(parents=True)
+    (tmp_path / ".merged.merging-k1ll3d" / "ann" / "results.json").write_text("half a copy")
+    (tmp_path / ".merged.replaced-12345").mkdir()
     result = run("merge", *outs, "-o", merged)
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in merged.iterdir()) == sorted(
         [batch.output_folder(merged, i).name for i in IDS] + ["gradebook.csv"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["class", "merged", "shard-0", "shard-1", "shard-2"]
 
 
 def test_merge_refuses_shards_graded_differently_saying_what_and_where(tmp_path):
@@ -298,3 +299,80 @@ def test_merge_never_follows_a_link_in_a_shards_output(tmp_path):
     result = run("merge", outs[0], "-o", tmp_path / "merged")
     assert result.exit_code == 0, result.output
     assert not (tmp_path / "merged" / "alice").exists(), "a link where a folder was expected is not copied"
+
+
+# ---- a merge never leaves an earlier gradebook that passes for the current one (issue 36) -----------------------
+
+def test_a_refused_merge_moves_the_earlier_merge_aside_and_says_where(tmp_path):
+    outs = make_shards(tmp_path, 3)
+    merged = tmp_path / "merged"
+    assert run("merge", *outs, "-o", merged).exit_code == 0
+    book = batch.read_gradebook(outs[1])
+    del book[next(iter(book))]  # shard 1 run again and stopped before its end: a row missing
+    batch.write_gradebook(outs[1], book)
+    result = run("merge", *outs, "-o", merged)
+    assert result.exit_code == 1, result.output
+    (stale,) = [p for p in tmp_path.iterdir() if p.name.startswith("merged.stale-")]
+    assert not merged.exists(), f"expected no {merged} after a refused merge, got {sorted(os.listdir(merged))}"
+    assert f"The earlier merge that was in {merged} is now in {stale}" in result.output, result.output
+    assert (stale / "gradebook.csv").is_file(), "the earlier merge kept whole, under its new name"
+
+
+def test_a_merge_refused_with_no_earlier_merge_moves_nothing(tmp_path):
+    outs = make_shards(tmp_path, 2)
+    result = run("merge", outs[0], "-o", tmp_path / "merged")
+    assert result.exit_code == 1 and "is now in" not in result.output, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["class", "shard-0", "shard-1"]
+
+
+def test_a_merge_replaces_an_earlier_merge_whole(tmp_path):
+    outs = make_shards(tmp_path, 2)
+    merged = tmp_path / "merged"
+    merged.mkdir()
+    batch.write_gradebook(merged, {})
+    (merged / "someone-gone").mkdir()  # a submission of the earlier run, no longer in the class
+    result = run("merge", *outs, "-o", merged)
+    assert result.exit_code == 0, result.output
+    assert not (merged / "someone-gone").exists(), "expected the earlier merge replaced whole, not mixed in"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["class", "merged", "shard-0", "shard-1"]
+
+
+def test_a_merge_never_replaces_a_folder_that_is_no_merge(tmp_path):
+    outs = make_shards(tmp_path, 2)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    result = run("merge", *outs, "-o", tmp_path / "mine")
+    assert result.exit_code == 2 and "holds no earlier merge" in result.output, result.output
+    assert os.listdir(tmp_path / "mine") == ["notes.txt"]
+
+
+def test_a_shard_never_started_is_unfinished_not_a_refusal(tmp_path):
+    """The merge of a cluster run gets every shard's folder, those of tasks that never ran too: a folder not
+    there, or with nothing but the lock of a run stopped before its manifest, is a shard to run again (exit 1)."""
+    folder = make_class(tmp_path)
+    outs = [tmp_path / f"shard-{k}" for k in range(4)]
+    for k in (0, 1):
+        make_shard(folder, outs[k], k, 4)
+    outs[2].mkdir()
+    (outs[2] / batch.LOCK).write_text("")  # shard 2: stopped before its manifest; shard 3: never started
+    result = run("merge", *outs, "-o", tmp_path / "merged")
+    assert result.exit_code == 1, result.output
+    assert f"nothing in them yet (the shard never started" in result.output
+    assert f"{outs[2]}, {outs[3]}" in result.output and "shards not given (of 4, counting from 0): 2, 3" in \
+        result.output, result.output
+
+
+def test_unfinished_lists_the_shards_to_run_again_and_nothing_once_all_are_done(tmp_path):
+    folder = make_class(tmp_path)
+    results = tmp_path / "shards"
+    make_shard(folder, results / "0", 0, 4)
+    make_shard(folder, results / "1", 1, 4, rows=False)  # stopped before its first row
+    make_shard(folder, results / "3", 3, 4)  # shard 2: never started
+    result = run("unfinished", results, 4)
+    assert (result.exit_code, result.output.split()) == (0, ["1", "2"]), result.output
+    make_shard(folder, results / "1", 1, 4)
+    make_shard(folder, results / "2", 2, 4)
+    result = run("unfinished", results, 4)
+    assert (result.exit_code, result.output) == (0, ""), result.output
+    result = run("unfinished", results, 5)
+    assert result.exit_code == 2 and "holds shard 0/4, not 0/5" in result.output, result.output

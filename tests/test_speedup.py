@@ -150,26 +150,17 @@ def test_a_timed_block_that_skips_its_work_fails_the_timed_checks(tmp_path, warm
     """Student code can replace the request handler of its own process; the outputs it then returns give it away."""
     folder = fused_variant(tmp_path, patch_timers=False)
     (folder / "mha.py").write_text(HIJACK_TIME_OP + (folder / "mha.py").read_text())
-    told_once(speedup_results(folder, warm_servers), "did not all return the output of the reference fused module")
-
-
-def told_once(results, why):
-    """Every timed check failed; the first says `why`, the others point back to it (one measurement)."""
-    from autograder.graders.test_mha import NOT_TIMED_AGAIN
-
-    assert all(test.status == "failed" for test in results.values()), results
-    messages = [test.message for test in results.values()]
-    assert sum(why in m for m in messages) == 1, messages
-    again = NOT_TIMED_AGAIN.format("its timed passes did not all return the reference's output")
-    assert sorted(m for m in messages if why not in m) == [again] * (len(messages) - 1), messages
+    for test in speedup_results(folder, warm_servers).values():
+        assert test.status == "failed", (test.id, test.message)
+        assert "did not all return the output of the reference fused module" in test.message, test.message
 
 
 @pytest.mark.grading
 def test_speed_is_graded_for_a_correct_fused_module_only(tmp_path, warm_servers):
     """A fast fused module with wrong values (no 1/sqrt(head_dim)) gets no speedup points, and is told why."""
     case = next(c for c in load_corpus()["bug"] if c.id == "mha-fused-scale-by-dout")
-    told_once(speedup_results(materialize(case, tmp_path / case.id, SOLUTIONS), warm_servers),
-              "fix its value checks first")
+    for test in speedup_results(materialize(case, tmp_path / case.id, SOLUTIONS), warm_servers).values():
+        assert test.status == "failed" and "fix its value checks first" in test.message, (test.id, test.message)
 
 
 SPIN = {  # the module's forward first works 30 ms on a CPU: in its own thread, or in another one

@@ -26,11 +26,14 @@ found again by `row_key`, the id as it reads back from the gradebook.
 from __future__ import annotations
 
 import csv
+import errno
+import fcntl
 import hashlib
 import io
 import json
 import os
 import shutil
+import socket
 import stat
 import tempfile
 import threading
@@ -41,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder import MODULES, __version__
-from autograder.files import remove_interrupted_writes, write_atomic
+from autograder.files import SHARED, remove_interrupted_writes, write_atomic
 from autograder.grade.engine import LazyServers, SubmissionError, grade, taken
 from autograder.paths import KIT
 from autograder.report.formats import render
@@ -52,10 +55,69 @@ from autograder.scoring import fmt
 from autograder.submission import intake
 
 GRADEBOOK = "gradebook.csv"
+LOCK = ".grade-all.lock"  # in OUT: held (an fcntl lock) by the grade-all that writes OUT, for as long as it runs
 MANIFEST = "shard.json"  # a shard's record of what it was assigned and what graded it (autograder.grade.shards)
 GRADER_FAILURE = "the grader could not run student code: "  # how the error of such a row begins
 DONE = ("graded", "empty")  # rows a second run keeps while their fingerprint holds; the others are graded again
 COLUMNS = ["id", "total", *MODULES, "status", "isolation", "grading_time_s", "error", "fingerprint"]
+
+
+class Busy(RuntimeError):
+    """Another process is grading into this OUT (it holds OUT/.grade-all.lock): the message names it."""
+
+
+_HELD = {}  # the real path of an OUT -> [the lock file's descriptor, how many holders in this process]
+_HELD_GUARD = threading.Lock()
+
+
+@contextmanager
+def output_lock(out: Path):
+    """Hold OUT/.grade-all.lock (an fcntl lock: POSIX record locks, which NFS carries between nodes) while the
+    block runs, so that two runs never grade into one OUT at once; a second run is refused at once with `Busy`,
+    which names the holder (its pid, host and start, written into the file). The kernel releases the lock when
+    the process ends, however it ends (a kill, a node lost): no stale lock to remove. Held again by the same
+    process (the command line, then grade_all), it is counted, never released early. Yields False where the
+    file system has no locks (ENOLCK, EOPNOTSUPP): the run goes on unlocked.
+
+    A POSIX lock is the process's: it is not inherited by the processes it starts, and the descriptor is
+    close-on-exec."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    key = os.path.realpath(out)
+    with _HELD_GUARD:
+        held = _HELD.get(key)
+        if held is not None:
+            held[1] += 1
+        else:
+            fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o666)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno in (errno.EACCES, errno.EAGAIN):
+                    holder = os.pread(fd, 500, 0).decode("utf-8", "replace").strip() or "a process"
+                    os.close(fd)
+                    raise Busy(f"{out} is being graded into by another grade-all ({safe_line(holder)}); two runs "
+                               "on one folder would grade the same submissions at once. Wait for it to end and "
+                               "run this command again (it resumes), or give another --output") from None
+                if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+                    os.close(fd)
+                    raise
+                os.close(fd)
+                fd = None  # no locks on this file system
+            if fd is not None:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since "
+                              f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n".encode(), 0)
+            held = _HELD[key] = [fd, 1]
+    try:
+        yield held[0] is not None
+    finally:
+        with _HELD_GUARD:
+            held[1] -= 1
+            if held[1] == 0:
+                del _HELD[key]
+                if held[0] is not None:
+                    os.close(held[0])  # the lock goes with the last descriptor of the file in this process
 
 
 class Interrupted(KeyboardInterrupt):
@@ -260,7 +322,7 @@ def write_gradebook(out: Path, rows: dict[str, Row]):
     writer.writeheader()
     for key in sorted(rows):
         writer.writerow(rows[key].as_csv())
-    write_atomic(Path(out) / GRADEBOOK, buf.getvalue())
+    write_atomic(Path(out) / GRADEBOOK, buf.getvalue(), mode=SHARED)  # the user's umask decides who reads it
 
 
 def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: float = 10.0, *,
@@ -313,7 +375,7 @@ def _write_report(report, sub_id, out, start, stopped=None):
                        ("feedback.md", render(report, "markdown")),
                        ("feedback.html", render(report, "html"))):
         remove_interrupted_writes(folder / name)  # a run killed while writing them left its beginnings here
-        write_atomic(folder / name, text)
+        write_atomic(folder / name, text, mode=SHARED)
     return row_from_report(report, time.monotonic() - start)
 
 
@@ -383,13 +445,22 @@ def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool =
     cannot start, each grading starts cold. `options` go to autograder.grade.engine.grade. `planned`: what
     `plan` returned for the same arguments (the CLI asks first, to say it).
 
+    OUT is locked while it runs (`output_lock`): a second run into the same OUT raises `Busy` before it reads
+    or writes anything there.
+
     A first KeyboardInterrupt (Ctrl-C) starts nothing new and waits for the
     running gradings (`on_interrupt(n_running)` is called), a second kills
     them; either way every finished grading is written and `Interrupted` is
     raised.
     """
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    with output_lock(out):  # never two runs into one OUT (the command line holds it already: counted)
+        return _grade_all(folder, out, jobs=jobs, force=force, timeout=timeout, call_timeout=call_timeout,
+                          progress=progress, warm=warm, on_interrupt=on_interrupt, planned=planned, **options)
+
+
+def _grade_all(folder, out, *, jobs, force, timeout, call_timeout, progress, warm, on_interrupt, planned,
+               **options):
     remove_interrupted_writes(out / GRADEBOOK)  # a run killed while writing the gradebook left its beginning here
     _, rows, todo, _, prints = planned or plan(folder, out, force=force, timeout=timeout,
                                                call_timeout=call_timeout, **options)

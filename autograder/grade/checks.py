@@ -56,6 +56,10 @@ def describe(value):
         return f"an object of type {value['__unsupported__']}"
     if isinstance(value, list):
         return f"a sequence of {len(value)} items"
+    from autograder.sandbox.client import RemoteModule
+
+    if isinstance(value, RemoteModule):  # a module built in the student process: the student's name for it
+        return f"a {value.name} (built without an error)"
     return f"{type(value).__name__} {value!r}"[:120]
 
 
@@ -220,6 +224,8 @@ def raises(call, exc_name, what, why):
     except StudentError as exc:
         if exc.raised(exc_name):
             return
+        if exc.kind == "missing":  # nothing ran: the reason alone ("not handed in"), not "expected ..., got" it
+            raise
         got = f"{exc}" if exc.kind != "raised" else f"{exc.exc_type}"
         raise AssertionError(f"{what}: expected {exc_name} ({why}), got {got}") from None
     if isinstance(value, tuple):

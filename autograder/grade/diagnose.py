@@ -27,7 +27,7 @@ from solutions import positional as ref_positional
 NAN_ROWS = "the softmax of a row where every score is -inf is NaN (0/0)"
 # Mistakes named both from wrong numbers and, where they raise on some shapes, from the error.
 TRANSPOSED_MASK = "the mask applied on the wrong axes (transposed): mask[..., i, j] is for query i and key j"
-UNSQUEEZED_MASK = ("the mask broadcast over the wrong dimension: mask.unsqueeze(1) (tutorial 000's step to share a "
+UNSQUEEZED_MASK = ("the mask broadcast over the wrong dimension: mask.unsqueeze(1) (《PyTorch快餐教程(5)》's step to share a "
                    "mask between heads) inside scaled_dot_product_attention, whose mask already broadcasts to "
                    "(..., L, S)")
 DROPOUT_ON_OUTPUT = "dropout applied to the output (weights @ value) instead of to the attention weights"
@@ -37,7 +37,7 @@ def _attention(q, k, v, mask=None, *, scale=None, dim=-1, blocked_when=False, ma
     """The reference attention with one step parameterised.
 
     mask_op: how the mask reaches the scores, for the mistakes that build it wrongly:
-    "transposed" (mask.transpose(-2, -1)), "unsqueezed" (mask.unsqueeze(1), tutorial 000's step for heads,
+    "transposed" (mask.transpose(-2, -1)), "unsqueezed" (mask.unsqueeze(1), 《PyTorch快餐教程(5)》's step for heads,
     done once too often), "times-inf" (scores + (~mask) * -inf: 0 * -inf is NaN where the mask allows).
     """
     scale = 1 / math.sqrt(q.size(-1)) if scale is None else scale
@@ -185,7 +185,7 @@ def mask_variants(seq_len):
     allowed = ref_masks.causal_mask(seq_len)
     return {
         "your mask blocks the diagonal: a position must be allowed to attend to itself": allowed.tril(-1),
-        "your mask marks the blocked positions (tutorial 004's triu(diagonal=1)); here True means 'may attend'":
+        "your mask marks the blocked positions (《多头注意力：堆叠与权重分割》's triu(diagonal=1)); here True means 'may attend'":
             ~allowed,
         "your mask is the upper triangle: True must be where key j <= query i": allowed.T,
     }
@@ -214,7 +214,24 @@ def table_variants(max_len, d_model):
     pe = ref_positional.sinusoidal_encoding(max_len, d_model)
     return {"your pe has a leading batch dim, (1, max_len, d_model) (pe.unsqueeze(0), as in the Annotated "
             "Transformer); here it is (max_len, d_model) and forward adds pe[:T]": pe.unsqueeze(0),
+            SEQ_FIRST_TABLE: pe.unsqueeze(1),
             **encoding_variants(max_len, d_model)}
+
+
+SEQ_FIRST_TABLE = ("your pe is seq-first, (max_len, 1, d_model) (pytorch/examples' convention, for x (T, B, "
+                   "d_model)); here x is batch-first, (B, T, d_model): keep pe as (max_len, d_model) and add "
+                   "pe[:T] with T = x.size(1)")
+SEQ_FIRST_SUM = ("your forward adds pe[:x.size(0)], one row per batch item added to all its tokens, as for a "
+                 "seq-first x (T, B, d_model) (pytorch/examples' convention); here x is batch-first, (B, T, "
+                 "d_model): add pe[:T] with T = x.size(1)")
+
+
+def sum_variants(x, pe):
+    """name -> what the usual mistakes of PositionalEncoding.forward give for `x` (B, T, d_model) with the
+    table `pe` (max_len, d_model): a wrong table added, or the right one added seq-first."""
+    T = x.size(1)
+    return {SEQ_FIRST_SUM: x + pe[:x.size(0)].unsqueeze(1).to(x.dtype),
+            **{name: x + table[:T].to(x.dtype) for name, table in encoding_variants(T, x.size(-1)).items()}}
 
 
 # -- the attention modules (mha.py) -------------------------------------------------------------------------
@@ -257,7 +274,8 @@ def _head(params, x, prefix="", *, mask="causal", **att):
 def _fused(params, x, H, *, split="transpose", merge="transpose", mask="causal", **att):
     q, k, v = (_split(_linear(params, f"W{p}", x), H, split) for p in "qkv")  # (B, H, T, hd)
     context = _attention(q, k, v, _causal_mask(x.shape[1], mask), **att)[0]  # (B, H, T, hd)
-    return _linear(params, "Wo", _merge(context, merge))  # (B, T, d_out)
+    merged = _merge(context, merge)  # (B, T, d_out)
+    return _linear(params, "Wo", merged) if "Wo.weight" in params else merged  # a module without Wo: no projection
 
 
 # The attention steps of every module: name -> knobs; "{w}" is the key size's name (head_dim, or d_out for one head)
@@ -372,6 +390,110 @@ def module_output(name, params, x, num_heads=None):
             return None if wiring is None else wiring[0]()
     except _UNFIT:
         return None
+
+
+FLOAT32_SCALE = ("your scale is a float32 tensor (torch.FloatTensor, or torch.tensor without dtype=), so in float64 "
+                 "the scores are divided by a rounded sqrt({w}): divide by math.sqrt({w}), a Python float")
+
+
+def float32_scale(name, params, x, got, num_heads=None):
+    """FLOAT32_SCALE when `got`, the student's float64 output for `x`, is exactly (to 1e-12) what the reference
+    wiring of `name` gives with the student's `params` and its scale rounded to float32 (divided by
+    float32(sqrt(w)), or times float32(1/sqrt(w))), and that differs from the wiring's own output; else None."""
+    try:
+        wiring = _wiring(name, {k: v.detach().to(x.dtype) for k, v in params.items()}, x, num_heads)
+        if wiring is None or not isinstance(got, torch.Tensor) or got.dtype != torch.float64:
+            return None
+        run, width, width_name = wiring[:3]
+        f32 = lambda value: torch.tensor(value, dtype=torch.float32).item()  # noqa: E731
+        with torch.no_grad():
+            clean = run()
+            rounded = [run(scale=1 / f32(math.sqrt(width))), run(scale=f32(1 / math.sqrt(width)))]
+    except _UNFIT:
+        return None
+    got = got.detach().cpu()
+    for value in rounded:
+        if (value.shape == got.shape and torch.allclose(got, value, atol=1e-12, rtol=0)
+                and not torch.allclose(value, clean, atol=1e-12, rtol=0)):
+            return FLOAT32_SCALE.replace("{w}", width_name)
+    return None
+
+
+def all_parameters(state):
+    """name -> value of every parameter of a module read back with RemoteModule.state, a shared one under each
+    of its names (the state lists it once, under the first): heads that are one module object each get its
+    weights, as they do in the student's forward."""
+    params, aliases = state["parameters"], state.get("aliases", {})
+    names = state.get("parameter_names") or list(params)
+    return {n: params[aliases.get(n, n)] for n in names if aliases.get(n, n) in params}
+
+
+def _listed(names):
+    """'Wq, Wk and Wv'."""
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _shared(state):
+    """The sentence for submodules or parameters of the student's module that are one object under several
+    names (state["aliases"]), or None."""
+    aliases, parameters = state.get("aliases", {}), set(state.get("parameter_names", ()))
+    top = {n: a for n, a in aliases.items() if n.rsplit(".", 1)[0] not in aliases or "." not in n}
+    modules = {n: a for n, a in top.items() if n not in parameters}
+    found, what = (modules, "module object") if modules else (top, "tensor")
+    if not found:
+        return None
+    groups = {}
+    for n, a in found.items():
+        groups.setdefault(a, []).append(n)
+    same = "; ".join(f"{_listed(ns)} {'is' if len(ns) == 1 else 'are'} {a}" for a, ns in groups.items())
+    if modules and all(n.startswith("heads.") for n in found):
+        heads = {".".join(n.split(".")[:2]) for n in parameters if n.startswith("heads.")}
+        which = "your heads are" if len(found) == len(heads) - 1 else f"some of your heads ({same}) are"
+        return (f"{which} the same module object, so they share their weights: create a new CausalAttention for "
+                "each head, e.g. [CausalAttention(...) for _ in range(num_heads)]")
+    return f"your {'submodules' if modules else 'parameters'} are the same {what} under several names ({same}): " \
+           "give each its own"
+
+
+def structure_cause(state, expected, missing_name=None):
+    """The cause, in the student's terms, of a module (read back with RemoteModule.state) whose parameters are
+    not the contract's `expected` names (those of the reference module built with the same arguments, in its
+    order): heads or layers that are one object, no output projection Wo, missing or unexpected biases; None
+    when the parameters are the contract's, or differ otherwise (the structure check lists them).
+    `missing_name`: only the cause of that parameter's absence (an error that names it), or None."""
+    shared = _shared(state)
+    if shared and missing_name is None:
+        return shared
+    got = set(all_parameters(state))
+    order = list(dict.fromkeys(n.split(".")[-2] for n in expected if "." in n))  # Wq, Wk, Wv, Wo
+    expected = set(expected)
+    missing, extra = expected - got, got - expected
+    causes = []  # (sentence, the parameter names it explains)
+    if {"Wo.weight", "Wo.bias"} <= missing:
+        causes.append(("your MultiHeadAttention has no output projection Wo: create self.Wo = nn.Linear(d_out, "
+                       "d_out) and return Wo applied to the merged heads (B, T, d_out)", {"Wo.weight", "Wo.bias"}))
+
+    def biases(names):  # the layers (Wq, Wk, ...) with a bias among `names` whose weight is expected, in order
+        found = {n.split(".")[-2] for n in names if n.endswith(".bias") and f"{n[:-len('.bias')]}.weight" in expected}
+        return [layer for layer in order if layer in found], {n for n in names if n.split(".")[-2] in found}
+
+    lacking, names = biases(missing - {"Wo.bias"} if "Wo.weight" in missing else missing)
+    if "Wo" in lacking:
+        causes.append(("your Wo has no bias: the contract's Wo is nn.Linear(d_out, d_out), with its bias (the "
+                       "default bias=True), whatever qkv_bias says", {"Wo.bias"}))
+    qkv = [n for n in lacking if n != "Wo"]
+    if qkv:
+        causes.append((f"your {_listed(qkv)} {'has' if len(qkv) == 1 else 'have'} no bias although qkv_bias=True: "
+                       f"create {'it' if len(qkv) == 1 else 'them'} with nn.Linear(d_in, d_out, bias=qkv_bias)",
+                       names - {"Wo.bias"}))
+    unexpected, names = biases(extra)
+    if unexpected:
+        causes.append((f"unexpected parameters: {_listed(f'{n}.bias' for n in unexpected)}; the contract has no "
+                       f"bias on {_listed(unexpected)} when qkv_bias=False: create them with nn.Linear(d_in, d_out, "
+                       "bias=qkv_bias)", names))
+    causes = [c for c, names in causes if missing_name is None or missing_name in names]
+    return "; and ".join(causes) if causes else None
 
 
 def init_order(params, d_in, d_out, seed, qkv_bias=False):

@@ -37,10 +37,10 @@ from autograder.sandbox import batchlock
 from autograder.sandbox.errors import GraderUnavailable
 from autograder.sandbox.isolation import choose_isolation
 from autograder.sandbox.limits import Limits, grader_env, student_env
-from autograder.scoring import nothing_to_grade
+from autograder.scoring import NOT_HANDED_IN, nothing_to_grade
 from autograder.submission import intake
 from autograder.submission.intake import MAX_UNZIPPED, SubmissionError  # noqa: F401  (the engine's names, as before)
-from autograder.submission.notebooks import missing_message, module_of, notebook_source
+from autograder.submission.notebooks import CellLines, in_notebook_terms, module_of, not_handed_in, notebook_source
 
 
 @dataclass
@@ -49,12 +49,18 @@ class Intake:
 
     `notes`: {file of the submission: why it was not graded}, e.g. {"zz.py":
     "zz.py is a symbolic link: not graded ..."}; `missing`: {module: why},
-    for the modules whose file was left out, so that their checks say why.
+    for the modules whose file was left out, so that their checks say why;
+    `notebooks`: {module: (its notebook's name, CellLines of the module written from it)}, for the modules
+    that a notebook became, so that messages name the notebook's cells (`in_notebook_terms`); `absent`:
+    {module: where its code goes} for the modules not handed in at all (no file, no note: their checks say only
+    autograder.scoring.NOT_HANDED_IN, and the report says this once, GradeReport.missing).
     """
 
     folder: Path
     notes: dict = field(default_factory=dict)
     missing: dict = field(default_factory=dict)
+    notebooks: dict = field(default_factory=dict)
+    absent: dict = field(default_factory=dict)
 
 
 def submission_id(path) -> str:
@@ -120,7 +126,8 @@ def taken(path, max_unzipped=None):
                 files, notes = _take(path, Path(tmp))
         except SubmissionError as exc:
             raise SubmissionError(_by_id(str(exc), path)) from None
-        yield Intake(folder, notes, _write_modules(files, folder, notes))
+        notebooks, absent = {}, {}
+        yield Intake(folder, notes, _write_modules(files, folder, notes, notebooks, absent), notebooks, absent)
 
 
 def _take(path, tmp):
@@ -154,9 +161,12 @@ def _unnamed(name) -> str:
             f"(bea_01_attention.ipynb, 01_attention (1).ipynb)")
 
 
-def _write_modules(files, folder, notes):
+def _write_modules(files, folder, notes, notebooks, absent):
     """Write the .py files of `files` ({name: bytes}) into `folder`, and the modules that only a notebook
-    holds; return {module: why it is missing} for the modules whose file was left out (`notes`).
+    holds; return {module: why it is missing} for the modules whose file was left out (`notes`) or that are not
+    handed in at all (NOT_HANDED_IN). Each module written from a notebook goes into `notebooks` as
+    {module: (the notebook's name, CellLines of what was written)}, each module not handed in into `absent` as
+    {module: where its code goes} (autograder.submission.notebooks.not_handed_in).
 
     A module's .py file is written as `<module>.py` whatever the student named it (`masks (1).py` ->
     `masks.py`: intake.one_form left at most one file of each module); any other .py file under its own name."""
@@ -175,6 +185,7 @@ def _write_modules(files, folder, notes):
         except ValueError as exc:  # costs exactly the checks of that module
             source = f"raise ImportError({str(exc)!r})\n"
         intake.write_new(folder / f"{module}.py", source.encode())
+        notebooks[module] = (name.rsplit("/", 1)[-1], CellLines(source))
     missing = {}
     notebooks = any(name.lower().endswith(".ipynb") for name in [*files, *notes])
     for module in MODULES:
@@ -182,8 +193,9 @@ def _write_modules(files, folder, notes):
             why = [note for name, note in notes.items() if module in intake.modules_named(name.rsplit("/", 1)[-1])]
             if why:
                 missing[module] = "; ".join(why)
-            elif notebooks:  # a notebook submission: name the notebook and the cell its code goes in
-                missing[module] = missing_message(module)
+            else:  # said once by the report: the notebook (of a notebook submission) and the cell its code goes in
+                missing[module] = NOT_HANDED_IN
+                absent[module] = not_handed_in(module, notebooks)
     return missing
 
 
@@ -404,6 +416,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
     with taken(path, max_unzipped) as got, tempfile.TemporaryDirectory(prefix="mha-grade-") as tmp:
         folder = got.folder
         report.notes = list(got.notes.values())
+        report.missing = dict(got.absent)
         results_file = Path(tmp) / "results.json"
         args = [str(GRADERS), "-c", str(GRADERS / "pytest.ini"), "--rootdir", str(GRADERS),
                 "-p", "autograder.grade.plugin", "-q", "--no-header", "--tb=no", "--submission", str(folder.resolve()),
@@ -431,6 +444,8 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
             raise GraderUnavailable(data["grader_failure"])
         elif data is not None:
             report.tests = [TestResult(**t) for t in data["tests"]]
+            for test in report.tests:  # lines of a notebook's module, named by the notebook's cells
+                test.message = in_notebook_terms(test.message, got.notebooks)
             report.student_output = data.get("student_output", "")
             report.isolation = data.get("isolation") or ""
             report.timings = _timings(wall_start, data.get("times", {}), report.tests)

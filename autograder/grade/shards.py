@@ -27,14 +27,17 @@ shard, folders that are no shard's output, shards of different N or graded
 with a different kit, graders, torch, Python or settings, and an output
 folder that is (or holds, or lies in) a shard's. It reports (`Incomplete`,
 exit 1), listing ids, the shards not given, a shard given twice, submissions
-assigned but with no row (a shard killed or still running), rows that are
-not the manifest's (graded before the kit, the settings or the submission
-changed: the shard was not run again to the end), rows the shard was not
-assigned, and ids in two shards. It never guesses: either every shard is
+assigned but with no row (a shard killed or still running), an output with
+nothing in it yet (a shard never started), rows that are not the manifest's
+(graded before the kit, the settings or the submission changed: the shard
+was not run again to the end), rows the shard was not assigned, and ids in
+two shards. It never guesses: either every shard is
 there, whole and alike, and OUT gets one gradebook (batch.COLUMNS, rows in
 grade-all's order) and a copy of every submission's folder, laid out as one
-grade-all run's OUT, or nothing is written. A shard or a merge killed halfway and run again removes what the
-killed run had begun to write (autograder.files.remove_interrupted_writes).
+grade-all run's OUT, or nothing is written, and an earlier merge in OUT is moved aside (OUT.stale-<time>),
+so that its gradebook never passes for this run's. A merge is written into a fresh folder and swapped in whole.
+A shard or a merge killed halfway and run again removes what the killed run had begun to write
+(autograder.files.remove_interrupted_writes; a merge's fresh folder beside OUT).
 """
 from __future__ import annotations
 
@@ -43,10 +46,12 @@ import json
 import os
 import shutil
 import stat
+import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.files import remove_interrupted_writes, write_atomic
+from autograder.files import SHARED, current_umask, remove_interrupted_writes, write_atomic
 from autograder.grade import batch
 from autograder.report.model import safe_line
 
@@ -145,16 +150,18 @@ def prepare(folder: Path, out: Path, k: int, n: int, *, force: bool = False, tim
     write_atomic(out / MANIFEST, json.dumps({
         "format": FORMAT, "shard": k, "shards": n, **batch.versions(),
         "settings": batch._settings(timeout, call_timeout, options),
-        "submissions": [[i, prints[i]] for i, _ in entries]}, indent=1) + "\n")
+        "submissions": [[i, prints[i]] for i, _ in entries]}, indent=1) + "\n", mode=SHARED)
     return planned
 
 
 def grade_shard(folder: Path, out: Path, k: int, n: int, **kwargs) -> dict:
     """Grade shard K of N of `folder` into `out` (its manifest first), as batch.grade_all grades a class;
-    `kwargs` go to batch.grade_all. The rows of the shard, by row key."""
-    planned = prepare(folder, out, k, n, **{key: value for key, value in kwargs.items()
-                                            if key not in ("jobs", "progress", "warm", "on_interrupt", "planned")})
-    return batch.grade_all(folder, out, planned=planned, **kwargs)
+    `kwargs` go to batch.grade_all. The rows of the shard, by row key. OUT is locked from before its manifest
+    (batch.output_lock: batch.Busy where another run holds it)."""
+    with batch.output_lock(out):
+        planned = prepare(folder, out, k, n, **{key: value for key, value in kwargs.items()
+                                                if key not in ("jobs", "progress", "warm", "on_interrupt", "planned")})
+        return batch.grade_all(folder, out, planned=planned, **kwargs)
 
 
 # ---- merge -------------------------------------------------------------------------------------------------
@@ -218,12 +225,29 @@ class Merged:
     copied: int  # submission folders copied into OUT
 
 
+def not_started(out: Path) -> bool:
+    """Whether a shard's OUT holds nothing of it yet: not there, or a folder with nothing but the lock of the run
+    that made it (batch.LOCK) and the beginning of a manifest (a shard stopped before its manifest was written)."""
+    out = Path(out)
+    if not os.path.lexists(out):
+        return True
+    if not stat.S_ISDIR(os.lstat(out).st_mode):
+        return False
+    return all(name == batch.LOCK or name.startswith(f".{MANIFEST}.") for name in os.listdir(out))
+
+
 def check(outs) -> tuple[list[Shard], dict]:
     """Read the shards' outputs and check them as `merge` does (without writing): (the shards, every row by row
-    key). Refused when they cannot be merged, Incomplete when they are alike but not whole or overlap."""
+    key). Refused when they cannot be merged, Incomplete when they are alike but not whole or overlap (an output
+    with nothing in it yet, `not_started`, included)."""
     if not outs:
         raise Refused("no shard output given")
-    shards = [_load(out) for out in outs]
+    empty = [Path(out) for out in outs if not_started(out)]
+    nothing = (f"shard outputs with nothing in them yet (the shard never started, or was stopped before it wrote "
+               f"its {MANIFEST}: run it again): {', '.join(safe_line(str(out)) for out in empty)}")
+    shards = [_load(out) for out in outs if Path(out) not in empty]
+    if not shards:
+        raise Incomplete([nothing])
     differences = _differences(shards)
     if differences:
         raise Refused("the shards were not graded alike, so their rows cannot make one gradebook: "
@@ -233,6 +257,8 @@ def check(outs) -> tuple[list[Shard], dict]:
     given = {}
     for shard in shards:
         given.setdefault(shard.manifest["shard"], []).append(shard)
+    if empty:
+        problems.append(nothing)
     missing = [k for k in range(n) if k not in given]
     if missing:
         problems.append(f"shards not given (of {n}, counting from 0): {', '.join(map(str, missing))}")
@@ -279,17 +305,87 @@ def _ids(ids, escape=True) -> str:
     return ", ".join(shown) + (f" and {len(ids) - 50} more" if len(ids) > 50 else "")
 
 
-def _remove_interrupted_merge(out: Path):
-    """Remove what a merge killed halfway left in `out`: the beginning of its gradebook (write_atomic's
-    `.gradebook.csv.*`) and the folder it was copying (`.<id>.merging`; no id starts with a dot, batch.discover)."""
-    remove_interrupted_writes(out / batch.GRADEBOOK)
-    for name in os.listdir(out):
-        if name.startswith(".") and name.endswith(".merging"):
-            staging = out / name
-            if stat.S_ISDIR(os.lstat(staging).st_mode):  # never a link followed
-                shutil.rmtree(staging)
-            else:
-                staging.unlink()
+def unfinished(folder: Path, n: int) -> list[int]:
+    """The K of every shard K of N in `folder`/K (the templates' layout: RESULTS/shards/K) that has not finished,
+    so that only those are run again: nothing there yet (`not_started`), submissions assigned with no row or with
+    a row from an earlier run (a shard stopped or still running), or rows the grader could not grade (status
+    error: run again once the cause is fixed). A ShardError when `folder`/K holds a shard of another K or N."""
+    left = []
+    for k in range(n):
+        out = Path(folder) / str(k)
+        if not_started(out):
+            left.append(k)
+            continue
+        shard = _load(out)
+        if (shard.manifest["shard"], shard.manifest["shards"]) != (k, n):
+            raise ShardError(f"{out} holds shard {shard.manifest['shard']}/{shard.manifest['shards']}, not {k}/{n}")
+        expected = {batch.row_key(i): fp for i, fp in shard.manifest["submissions"]}
+        if any(key not in shard.rows or shard.rows[key].fingerprint != fp for key, fp in expected.items()) \
+                or batch.grader_failures({key: row for key, row in shard.rows.items() if key in expected}):
+            left.append(k)
+    return left
+
+
+def _leftovers(out: Path) -> list[Path]:
+    """What merges killed halfway left beside `out`: their folders `.<name>.merging-*` and `.<name>.replaced-*`."""
+    prefixes = (f".{out.name}.merging-", f".{out.name}.replaced-")
+    try:
+        return [out.parent / name for name in os.listdir(out.parent) if name.startswith(prefixes)]
+    except FileNotFoundError:
+        return []
+
+
+def _remove(path: Path):
+    """Remove a folder, never following a link in or to it."""
+    if stat.S_ISDIR(os.lstat(path).st_mode):
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+def _is_merge(out: Path) -> bool:
+    """Whether `out` is a folder that a merge (or grade-all) wrote: a gradebook and no shard's manifest."""
+    return (stat.S_ISDIR(os.lstat(out).st_mode) and (out / batch.GRADEBOOK).is_file()
+            and not os.path.lexists(out / MANIFEST))
+
+
+def set_aside(out: Path) -> Path | None:
+    """Move an earlier merge out of the way of a merge that refuses: `out` becomes `out`.stale-<date>-<time>, so
+    that no gradebook in `out` passes for this run's. The new name, or None where `out` holds no merge."""
+    out = Path(out).absolute()
+    if not os.path.lexists(out) or not _is_merge(out):
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = out.with_name(f"{out.name}.stale-{stamp}")
+    counter = 1
+    while os.path.lexists(target):
+        counter += 1
+        target = out.with_name(f"{out.name}.stale-{stamp}-{counter}")
+    os.rename(out, target)
+    return target
+
+
+def _exchange(new: Path, out: Path):
+    """Put the folder `new` in the place of the folder `out` at once (renameat2 RENAME_EXCHANGE, Linux 3.15+) and
+    remove the old one; where that cannot be done, by two renames (a moment with no `out`, never a mix)."""
+    import ctypes
+
+    old = out.with_name(f".{out.name}.replaced-{os.getpid()}")
+    if os.path.lexists(old):
+        _remove(old)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        renameat2 = None
+    AT_FDCWD, RENAME_EXCHANGE = -100, 2
+    if renameat2 is not None and renameat2(AT_FDCWD, os.fsencode(new), AT_FDCWD, os.fsencode(out),
+                                           RENAME_EXCHANGE) == 0:
+        os.rename(new, old)  # `new` is now the old merge
+    else:
+        os.rename(out, old)
+        os.rename(new, out)
+    _remove(old)
 
 
 def merge(outs, out: Path) -> Merged:
@@ -297,41 +393,58 @@ def merge(outs, out: Path) -> Merged:
     order grade-all writes them) and a copy of every submission's folder, so that `out` is laid out as the OUT
     of one grade-all run of the whole class (a later `grade-all DIR -o OUT` resumes from it).
 
-    Refused (nothing written) when the shards cannot be merged or `out` is a shard's folder; Incomplete (nothing
-    written) when a shard is missing or unfinished, given twice, or rows overlap (`check`). An `out` that
-    exists must hold no shard's manifest: a previous merge's folders of the same ids are replaced, its gradebook
-    rewritten."""
+    The merge is written into a fresh folder beside `out` (`.<name>.merging-*`) and put in its place at once
+    when it is whole (`_exchange`): `out` holds the earlier merge or this one, never a mix, and what a merge
+    killed halfway left is removed by the next. An `out` that exists must be empty or an earlier merge's (a
+    gradebook, no shard's manifest): it is replaced whole.
+
+    Refused (nothing written) when the shards cannot be merged or `out` is a shard's folder, or a folder that is
+    no merge's; Incomplete (nothing written) when a shard is missing or unfinished, given twice, or rows overlap
+    (`check`). Refused or Incomplete by the shards, an earlier merge in `out` is first moved aside (`set_aside`;
+    the exception's `set_aside` says where), so that its gradebook never passes for this run's."""
     out = Path(out).absolute()
     for given in outs:
         given = Path(given).absolute()
         if _inside(out, given) or _inside(given, out):
             raise Refused(f"the merged output {out} and the shard output {given} overlap: merge into a folder of "
                           "its own")
-    if read_manifest(out) is not None:
-        raise Refused(f"{out} holds a shard's manifest: merge into a folder of its own")
-    shards, rows = check(outs)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / batch.GRADEBOOK).unlink(missing_ok=True)  # a previous merge's: until the end, no gradebook
-    _remove_interrupted_merge(out)
-    copied = 0
-    for shard in shards:
-        for sub_id, _ in shard.manifest["submissions"]:
-            source = batch.output_folder(shard.out, sub_id)  # the ids are checked: one path component each
-            try:
-                is_folder = stat.S_ISDIR(os.lstat(source).st_mode)  # never a link followed
-            except FileNotFoundError:
-                is_folder = False  # a row of a grading whose files could not be written: the row says why
-            if not is_folder:
-                continue
-            target = batch.output_folder(out, sub_id)
-            staging = target.with_name(f".{target.name}.merging")
-            shutil.rmtree(staging, ignore_errors=True)
-            shutil.copytree(source, staging, symlinks=True)
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            elif target.exists() or target.is_symlink():
-                target.unlink()
-            os.rename(staging, target)
-            copied += 1
-    batch.write_gradebook(out, rows)  # last: a gradebook in OUT means the merge finished
+    if os.path.lexists(out):
+        if read_manifest(out) is not None:
+            raise Refused(f"{out} holds a shard's manifest: merge into a folder of its own")
+        if not stat.S_ISDIR(os.lstat(out).st_mode) or (os.listdir(out) and not _is_merge(out)):
+            raise Refused(f"{out} is not empty and holds no earlier merge (no {batch.GRADEBOOK}): merge into a "
+                          "new folder")
+    try:
+        shards, rows = check(outs)
+    except (Refused, Incomplete) as exc:
+        exc.set_aside = set_aside(out)
+        raise
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for leftover in _leftovers(out):
+        _remove(leftover)
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.merging-"))
+    try:
+        os.chmod(staging, 0o777 & ~current_umask())  # a folder as mkdir makes one (mkdtemp's is 0700)
+        copied = 0
+        for shard in shards:
+            for sub_id, _ in shard.manifest["submissions"]:
+                source = batch.output_folder(shard.out, sub_id)  # the ids are checked: one path component each
+                try:
+                    is_folder = stat.S_ISDIR(os.lstat(source).st_mode)  # never a link followed
+                except FileNotFoundError:
+                    is_folder = False  # a row of a grading whose files could not be written: the row says why
+                if not is_folder:
+                    continue
+                shutil.copytree(source, batch.output_folder(staging, sub_id), symlinks=True)
+                copied += 1
+        batch.write_gradebook(staging, rows)
+        if os.path.lexists(out) and not os.listdir(out):
+            out.rmdir()  # an empty folder given as OUT: nothing to keep
+        if os.path.lexists(out):
+            _exchange(staging, out)
+        else:
+            os.rename(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return Merged(rows, shards[0].manifest["shards"], copied)

@@ -4,6 +4,8 @@ Everything here runs in the trusted grading process: inputs are made here,
 sent to the student process, and the answers are compared here against the
 reference implementation in `solutions/`.
 """
+import re
+
 import torch
 
 # The worked examples of the tutorials (see the student contract).
@@ -88,5 +90,19 @@ def made_on_fixed_device(what, device="meta"):
 
 
 def on_device_error(hint):
-    """`hint` (no argument) for checks.with_hint, asked only when the student's error is about devices."""
-    return lambda error: hint() if "device" in str(error).lower() else None
+    """`hint(error)` for checks.with_hint, asked only when the student's error is about devices."""
+    return lambda error: hint(error) if "device" in str(error).lower() else None
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in [^\n]*\n[ \t]*([^\n]*)')
+
+
+def where_raised(error):
+    """'mha.py, line 158 (`scores = q @ k.transpose(2, 3) / scale`)': the line of the student's code where
+    `error` (a StudentError) was raised, from its traceback; None when it has none."""
+    frames = _FRAME.findall(getattr(error, "traceback", "") or "")
+    if not frames:
+        return None
+    file, line, code = frames[-1]
+    code = re.sub(r"\s+#[^'\"]*$", "", code.strip())  # without a comment at its end
+    return f"{file}, line {line}" + (f" (`{code}`)" if code else "")

@@ -1,11 +1,13 @@
 """Hidden graders for mha.py: CausalAttention, StackedMultiHeadAttention, MultiHeadAttention."""
+import re
+
 import torch
 
 from autograder.grade import checks, diagnose, timing
 from autograder.grade.checks import needs_cuda, needs_student_cuda, points
 from autograder.graders import blame
 from autograder.graders.common import (SEED_004_FUSED, SEED_004_INPUTS, SEED_004_STACKED, on_device_error,
-                                       params_of, randn, seeded)
+                                       params_of, randn, seeded, where_raised)
 from autograder.sandbox.errors import StudentError
 from autograder.sandbox.seeding import manual_seed
 from solutions import mha as ref
@@ -19,28 +21,92 @@ MATMUL_OPS = {
 }
 
 
+def new(student, name, *args, **kwargs):
+    """The student's module `name` built with these args; when its constructor crashes inside the student's
+    causal_mask, built again with a stand-in for it, and a note (graders/blame.py: charged once, in masks)."""
+    try:
+        return student.new("mha", name, *args, **kwargs)
+    except StudentError as exc:
+        again = blame.stand_in_construction("mha", name, args, kwargs, exc)
+        if again is None:
+            raise
+        stand_ins, note = again
+        remote = student.new("mha", name, *args, stand_ins=stand_ins, **kwargs)
+        checks.note(note)
+        return remote
+
+
 def build(student, name, *args, **kwargs):
     """The student's module `name`, holding the weights of the reference module built with the same args."""
     manual_seed(0)
     reference = getattr(ref, name)(*args, **kwargs).eval()
-    remote = student.new("mha", name, *args, **kwargs)
-    remote.load(params_of(reference))
+    remote = new(student, name, *args, **kwargs)
+    load(remote, params_of(reference))
     return remote, reference
 
 
+def load(remote, params):
+    """remote.load(params); when the student's module lacks one of them, the error names the likely cause
+    (what its parameters, read back from it, show)."""
+    checks.with_hint(lambda: remote.load(params), lambda exc: missing_parameter_cause(lambda: remote, exc))
+
+
+def structure_cause(remote, state=None, missing_name=None):
+    """diagnose.structure_cause of the student's `remote` (its state, read back unless given), against the
+    reference module built with the same arguments."""
+    state = remote.state() if state is None else state
+    try:
+        with torch.random.fork_rng(devices=[]):
+            reference = getattr(ref, remote.name)(*getattr(remote, "args", ()), **getattr(remote, "kwargs", {}))
+    except (AttributeError, TypeError, ValueError):
+        return None  # arguments the reference refuses: no contract to compare with
+    return diagnose.structure_cause(state, [n for n, _ in reference.named_parameters()], missing_name)
+
+
+def missing_parameter_cause(remote, exc):
+    """The hint for `exc`, raised when weights were loaded into the student's module (`remote()`, asked only
+    then): the cause of the absence of the parameter that the error names, or None."""
+    named = re.search(r"no parameter named '([^']+)'", str(exc))
+    return structure_cause(remote(), missing_name=named[1]) if named else None
+
+
+def run(remote, x, **kw):
+    """remote(x, **kw): (value, args after); when the module crashes inside one of the student's parts, the
+    same forward with a stand-in for that part, and a note (graders/blame.py: charged once, in the part's
+    module). `remote.stood_in` then names the part."""
+    try:
+        return remote(x, **kw)
+    except StudentError as exc:
+        again = blame.stand_in_forward(remote, x, exc,
+                                       lambda target, stand_ins: target(x, stand_ins=stand_ins, **kw))
+        if again is None:
+            raise
+        value, note = again
+        checks.note(note)
+        remote.stood_in = blame.crashed_part(exc, remote.module, remote.name)[0]
+        return value
+
+
 def forward(remote, x, **kw):
-    value, after = remote(x, **kw)
+    value, after = run(remote, x, **kw)
     return checks.tensor(value, f"{remote.name}.forward(x {tuple(x.shape)})"), after
 
 
-def unless_inherited(remote, x, got, failure, also=None):
+def unless_inherited(remote, x, got, failure, also=None, otherwise=None):
     """Raise `failure`, unless `got` is what the reference wiring gives with some of the student's own parts
     (attention, heads, masks): then the module is right given its parts, and the check passes with a note
     naming the part to blame (graded in its own module, once). The failure names the likely bug when `got`
-    is what a usual mistake in the module's own wiring gives (autograder.grade.diagnose), or one of `also`."""
+    is what a usual mistake in the module's own wiring gives (autograder.grade.diagnose), or one of `also`;
+    when none is, what `otherwise()` says (None: nothing)."""
     parts = blame.inherited_from(remote.sandbox, remote, x, got)
-    if parts is None:
-        raise AssertionError(str(failure) + likely_bug(remote, x, got, also)) from None
+    if parts is None or not blame.confirmed(remote, x, parts):
+        bug = likely_bug(remote, x, got, also)
+        if not bug and otherwise:
+            try:
+                bug = checks.likely_name(otherwise())
+            except StudentError:
+                pass
+        raise AssertionError(str(failure) + bug) from None
     checks.note(blame.note(remote, parts))
     return parts
 
@@ -54,24 +120,44 @@ def likely_bug(remote, x, got, also=None):
     """The "Likely bug" line for `got`, the output of the student's `remote` for `x` (eval mode): the usual
     mistakes of the module's wiring, computed here with the module's own weights, read back from it."""
     try:
-        params = remote.state()["parameters"]
+        state = remote.state()
+        cause = structure_cause(remote, state)
     except StudentError:
         return ""
-    variants = {**(also(params) if also else {}),
+    params = diagnose.all_parameters(state)
+    variants = {**(also(state["parameters"]) if also else {}),
                 **diagnose.module_variants(remote.name, params, x, num_heads_of(remote))}
+    if cause:  # parameters that are not the contract's: evidence when the wiring with them gives `got`
+        output = diagnose.module_output(remote.name, params, x, num_heads_of(remote))
+        if output is not None:
+            variants[cause] = output
     return checks.likely_bug(got, variants)
 
 
-def expect_same(remote, reference, x, what):
+def expect_same(remote, reference, x, what, otherwise=None):
     """Check the output for `x` against the reference; return the student's parts it inherits a fault from
-    ([] when it matches the reference itself)."""
+    ([] when it matches the reference itself). `otherwise`: as for unless_inherited."""
     got, _ = forward(remote, x)
     try:
         with torch.no_grad():
             checks.close(got, reference(x), f"{remote.name} output for x {tuple(x.shape)} {what}".strip())
     except AssertionError as failure:
-        return unless_inherited(remote, x, got, failure)
+        return unless_inherited(remote, x, got, failure, otherwise=otherwise)
     return []
+
+
+def random_in_eval_mode(remote, x):
+    """A hint for an output wrong in eval mode, when two eval-mode calls with other seeds answer differently."""
+    def hint():
+        first, _ = remote(x, seed=1)
+        second, _ = remote(x, seed=2)
+        if (isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor) and first.shape == second.shape
+                and not torch.equal(first, second)):
+            return (f"your {remote.name}'s output in eval mode changes with the random seed, so dropout acts in eval "
+                    "mode: apply the module's nn.Dropout (self.dropout), which model.eval() switches off, or "
+                    "F.dropout(..., training=self.training)")
+        return None
+    return hint
 
 
 def check_causal(remote, d_in, what):
@@ -99,7 +185,8 @@ def check_structure(remote, reference, what):
     if missing or extra:
         raise AssertionError(f"{what}: expected the parameters {sorted(expected)}; "
                              + (f"missing {missing}" if missing else "") + ("; " if missing and extra else "")
-                             + (f"unexpected {extra}" if extra else ""))
+                             + (f"unexpected {extra}" if extra else "")
+                             + checks.likely_name(diagnose.structure_cause(state, list(expected))))
     for name, shape in expected.items():
         if got[name] != shape:
             raise AssertionError(f"{what}: parameter {name} should have shape {shape}, got {got[name]}")
@@ -121,8 +208,11 @@ def check_dropout_on_weights(remote, reference, d_in, block, what, p=0.5):
     x = randn(8, 5, d_in, seed=31)  # (B, T, d_in)
     with torch.no_grad():
         v0 = reference(x)[:, 0]  # (B, features): each head's v0, the output at token 0 in eval mode
-    if expect_same(remote, reference, x, f"in eval mode with dropout={p} (dropout must not act in eval mode)"):
+    if expect_same(remote, reference, x, f"in eval mode with dropout={p}",
+                   otherwise=random_in_eval_mode(remote, x)):
         return  # its output inherits a fault of its parts: the evidence below depends on them (see the note)
+    if getattr(remote, "stood_in", None):
+        return  # a stand-in for a part that crashes answers the eval-mode inputs only: no evidence here (the note)
     got, _ = forward(remote, x, train=True, seed=5)
     got = checks.shape(got, tuple(reference(x).shape), f"{what} output in training mode")
     heads = got[:, 0].reshape(x.shape[0], -1, block)  # (B, heads, block) at token 0
@@ -152,21 +242,26 @@ def check_dropout_on_weights(remote, reference, d_in, block, what, p=0.5):
 def check_meta(remote, d_in, d_out, what):
     remote.to(device="meta")
     hint = left_behind(remote, "meta")
-    out, _ = checks.with_hint(lambda: remote(randn(2, 5, d_in).to("meta")), on_device_error(hint))
+    out, _ = checks.with_hint(lambda: run(remote, randn(2, 5, d_in).to("meta")), on_device_error(hint))
     out = checks.shape(out, (2, 5, d_out), f"{what} output on meta")
     checks.device(out, "meta", f"{what} output", hint)
 
 
 def left_behind(remote, device):
-    """A hint for a module moved with .to(device) whose forward fails there or answers elsewhere: what its
-    buffers say (read back from the student's module)."""
-    def hint():
+    """A hint for a module moved with .to(device) whose forward fails there (the student's `error`) or answers
+    elsewhere (no error): what its buffers say (read back from the student's module), and the failing line."""
+    def hint(error=None):
         buffers = remote.state()["buffers"]
         if not buffers:
             return (f"your {remote.name} registers no buffer, so its causal mask (a plain attribute, or a tensor "
                     f"built in forward) did not follow .to({device!r}): keep it as a buffer "
                     "(self.register_buffer('mask', ...)), or build it on x.device")
         if all(b.device.type == torch.device(device).type for b in buffers.values()):
+            where = where_raised(error)
+            if where:
+                return (f"your buffers moved to {device} with the module, so the tensor left behind is one your code "
+                        "makes on a fixed device (torch.ones, torch.tensor or torch.FloatTensor without device=), "
+                        f"used at {where}: make it on x.device (device=x.device)")
             return (f"your buffers moved to {device} with the module, so forward uses a tensor it creates on a "
                     "fixed device (torch.ones, torch.tensor or torch.FloatTensor without device=x.device)")
         return None
@@ -182,7 +277,7 @@ def check_device(student, device):
         remote, reference = build(student, name, *args)
         remote.to(device=device)
         hint = left_behind(remote, device)
-        out, _ = checks.with_hint(lambda: remote(x.to(device)), on_device_error(hint))
+        out, _ = checks.with_hint(lambda: run(remote, x.to(device)), on_device_error(hint))
         with torch.no_grad():
             checks.close(checks.device(out, device, f"{name} output", hint).cpu(), reference(x),
                          f"{name} output on {device}")
@@ -203,7 +298,7 @@ def test_causal_attention_shape(student):
 def test_causal_attention_projections(student):
     """CausalAttention has nn.Linear projections Wq, Wk, Wv (d_in -> d_out), with biases when qkv_bias=True"""
     for bias in (False, True):
-        remote = student.new("mha", "CausalAttention", 3, 4, 8, qkv_bias=bias)
+        remote = new(student, "CausalAttention", 3, 4, 8, qkv_bias=bias)
         check_structure(remote, ref.CausalAttention(3, 4, 8, qkv_bias=bias), f"CausalAttention(3, 4, 8, qkv_bias={bias})")
 
 
@@ -255,8 +350,8 @@ def test_stacked_worked_example_seed_004(student):
     g = seeded(123)  # torch.manual_seed(123), then W_query, W_key, W_value = torch.rand(3, 2) per head
     params = {f"heads.{h}.{name}.weight": torch.rand(3, 2, generator=g).T  # x @ W == Linear with weight W.T
               for h in range(2) for name in ("Wq", "Wk", "Wv")}
-    remote = student.new("mha", "StackedMultiHeadAttention", 3, 2, 6, 0.0, 2)
-    remote.load(params)
+    remote = new(student, "StackedMultiHeadAttention", 3, 2, 6, 0.0, 2)
+    load(remote, params)
     batch = torch.stack((SEED_004_INPUTS, SEED_004_INPUTS))  # (2, 6, 3)
     out, _ = forward(remote, batch)
     out = checks.shape(out, (2, 6, 4), "the stacked output of 《多头注意力：堆叠与权重分割》")
@@ -278,7 +373,7 @@ def test_stacked_values(student):
 @points(2, "structure")
 def test_stacked_heads_are_independent(student):
     """StackedMultiHeadAttention keeps num_heads independent CausalAttention heads in `heads`"""
-    remote = student.new("mha", "StackedMultiHeadAttention", 3, 2, 6, 0.0, 3)
+    remote = new(student, "StackedMultiHeadAttention", 3, 2, 6, 0.0, 3)
     state = check_structure(remote, ref.StackedMultiHeadAttention(3, 2, 6, 0.0, 3),
                             "StackedMultiHeadAttention(3, 2, 6, 0.0, 3)")
     names, unique = state["parameter_names"], state["parameters"]
@@ -310,7 +405,7 @@ def test_fused_shape(student):
 def test_fused_projections(student):
     """MultiHeadAttention has Wq, Wk, Wv (d_in -> d_out) and Wo (d_out -> d_out, with bias)"""
     for bias in (False, True):
-        remote = student.new("mha", "MultiHeadAttention", 3, 4, 6, 0.0, 2, qkv_bias=bias)
+        remote = new(student, "MultiHeadAttention", 3, 4, 6, 0.0, 2, qkv_bias=bias)
         check_structure(remote, ref.MultiHeadAttention(3, 4, 6, 0.0, 2, qkv_bias=bias),
                         f"MultiHeadAttention(3, 4, 6, 0.0, 2, qkv_bias={bias})")
 
@@ -318,7 +413,7 @@ def test_fused_projections(student):
 @points(3, "worked-example")
 def test_fused_worked_example_seed_004(student):
     """reproduces 《多头注意力：堆叠与权重分割》: torch.manual_seed(123); MultiHeadAttention(3, 4, 6, 0.0, 2)"""
-    remote = student.new("mha", "MultiHeadAttention", 3, 4, 6, 0.0, 2, seed=123)
+    remote = new(student, "MultiHeadAttention", 3, 4, 6, 0.0, 2, seed=123)
     batch = torch.stack((SEED_004_INPUTS, SEED_004_INPUTS))  # (2, 6, 3)
     out, _ = forward(remote, batch)
     out = checks.shape(out, (2, 6, 4), "the fused output of 《多头注意力：堆叠与权重分割》")
@@ -367,8 +462,8 @@ def test_fused_equals_stacked_with_same_head_weights(student):
               for p in "qkv"}
     params["Wo.weight"] = torch.eye(H * head_dim)
     params["Wo.bias"] = torch.zeros(H * head_dim)
-    remote = student.new("mha", "MultiHeadAttention", d_in, H * head_dim, 8, 0.0, H)
-    remote.load(params)
+    remote = new(student, "MultiHeadAttention", d_in, H * head_dim, 8, 0.0, H)
+    load(remote, params)
     x = randn(2, 7, d_in)
     got, _ = forward(remote, x)
     try:
@@ -391,7 +486,17 @@ def test_fused_float64(student):
     """MultiHeadAttention in float64 (model.double()) gives float64 outputs that match the reference"""
     remote, reference = build(student, "MultiHeadAttention", 3, 4, 6, 0.0, 2)
     remote.to(dtype=torch.float64)
-    expect_same(remote, reference.double(), randn(2, 6, 3, dtype=torch.float64), "in float64")
+    x = randn(2, 6, 3, dtype=torch.float64)
+    expect_same(remote, reference.double(), x, "in float64", otherwise=float32_constant(remote, x))
+
+
+def float32_constant(remote, x):
+    """A hint for a float64 output that is wrong by a float32 rounding of the scale (diagnose.float32_scale)."""
+    def hint():
+        got, _ = remote(x)
+        params = diagnose.all_parameters(remote.state())
+        return diagnose.float32_scale(remote.name, params, x, got, num_heads_of(remote))
+    return hint
 
 
 @points(1, "errors")
@@ -406,7 +511,7 @@ def test_fused_dropout(student):
     """MultiHeadAttention applies dropout to the attention weights, in training mode only"""
     remote, reference = build(student, "MultiHeadAttention", 3, 16, 6, 0.5, 4)
     identity = {"Wo.weight": torch.eye(16), "Wo.bias": torch.zeros(16)}  # the output shows the merged heads
-    remote.load(identity)
+    load(remote, identity)
     reference.load_state_dict(identity, strict=False)
     check_dropout_on_weights(remote, reference, 3, 4, "MultiHeadAttention(3, 16, 6, 4 heads)")
 
@@ -471,22 +576,30 @@ def counts_hint(counts):
 UNVERIFIED = ("not timed: the timed forward passes of MultiHeadAttention did not all return the output of the "
               "reference fused module with the same weights and inputs. Speed is graded for a correct "
               "MultiHeadAttention only (and only passes that really ran can be timed): fix its value checks first")
-NOT_TIMED_AGAIN = "not timed, for the reason given under the first of MultiHeadAttention's timed checks: {}"
-_told = set()  # (student, cause): the "not timed" messages a timed check of this grading already gave in full
-
-
-def not_timed(student, cause, text):
-    """`text` for the first timed check that fails for `cause`, a line pointing back to it for the others: one
-    measurement serves the three timed checks, so its reason is said once."""
-    if (id(student), cause) in _told:
-        return NOT_TIMED_AGAIN.format(cause)
-    _told.add((id(student), cause))
-    return text
 
 
 def speedup_measurement(student, record_property):
     """The measurement the structure and speedup checks share; its figures and seeds go into the report."""
-    result, parts = timing.grade_speedup(student), None
+    try:
+        result, parts = timing.grade_speedup(student), None
+    except StudentError as exc:
+        crashed = blame.crashed_part(exc, "mha", "MultiHeadAttention")
+        if crashed is None:
+            try:
+                cause = missing_parameter_cause(lambda: student.new("mha", "MultiHeadAttention", 3, 4, 6, 0.0, 2),
+                                                exc)
+            except StudentError:
+                cause = None
+            if cause is None:
+                raise
+            raise AssertionError(str(exc) + checks.likely_name(cause)) from None
+        module, function = blame.PARTS[crashed[0]]
+        # Not stood in for, unlike the value checks: a stand-in is the grader's code, and timing it would
+        # let a crash that costs a part's few points buy the speed points of a module that was never timed.
+        raise AssertionError(
+            f"not timed: your MultiHeadAttention crashed inside your {function} ({module}.py, line {crashed[1]}); "
+            f"speed is timed on your own code alone, so these points wait until {function} works (see the "
+            f"{module} checks)") from None
     if not result.verified:
         parts = inherited_in_timing(student, result)
         if parts and not timing.times_pass(result):  # one round, then stopped: measure it as a correct module
@@ -494,12 +607,23 @@ def speedup_measurement(student, record_property):
             parts = parts if inherited_in_timing(student, result) == parts else None
     record_property("timing", result.to_dict())
     if not result.verified:
-        assert parts, not_timed(student, "its timed passes did not all return the reference's output", UNVERIFIED)
+        assert parts, UNVERIFIED + mismatch_cause(result)
         checks.note(blame.note(result.module[0], parts))
-    assert result.vouched, not_timed(student, "your processes used the CPU while the references were timed", (
+    assert result.vouched, (
         f"not timed: in every one of the {result.rounds} rounds, processes of your submission used the CPU while "
-        f"the reference modules were timed (they must be idle then; {'; '.join(result.details[:2])})"))
+        f"the reference modules were timed (they must be idle then; {'; '.join(result.details[:2])})")
     return result
+
+
+def mismatch_cause(result):
+    """The "Likely bug" line of the first timed pass whose output was not the reference's ("" when none names
+    its cause)."""
+    for x, out, module in result.mismatched[:1]:
+        try:
+            return likely_bug(module, x, out)
+        except StudentError:
+            return ""
+    return ""
 
 
 def inherited_in_timing(student, result, samples=3):
@@ -508,8 +632,9 @@ def inherited_in_timing(student, result, samples=3):
     For each timed module (32 heads, FEW_HEADS), a few of its mismatched passes, drawn at random here after
     the timing (the student process cannot know which), must each equal the reference wiring run with the
     student's faulty parts (graders/blame.py): a block that skipped its work on some passes is caught as
-    before. The parts of both modules together; decided once per measurement, so the three timed checks
-    agree."""
+    before, and the module, run again on one of them with those parts stood in for, must give the reference's
+    output (blame.confirmed). The parts of both modules together; decided once per measurement, so the three
+    timed checks agree."""
     import random
 
     if result.module is None or not result.mismatched:
@@ -522,6 +647,9 @@ def inherited_in_timing(student, result, samples=3):
             for x, out in draw.sample(passes, min(samples, len(passes))):
                 parts = blame.inherited_from(student, remote, x, out)
                 if parts is None or (seen is not None and parts != seen):
+                    found = None
+                    break
+                if seen is None and not blame.confirmed(remote, x, parts):  # right given working parts?
                     found = None
                     break
                 seen = parts

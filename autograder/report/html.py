@@ -17,7 +17,7 @@ import io
 import json
 import re
 
-from autograder.report.model import PRINTED_TITLE, GradeReport, safe_line, safe_text
+from autograder.report.model import PRINTED_TITLE, GradeReport, entries, safe_line, safe_text
 from autograder.scoring import fmt
 
 _MARKDOWN_PUNCTUATION = re.compile(r"[!-/:-@\[-`{-~]")
@@ -47,20 +47,31 @@ def to_markdown(report: GradeReport) -> str:
         lines += ["| module | score |", "| --- | --- |"]
         for module, (earned, available) in report.modules().items():
             lines.append(f"| {module} | {earned:g} / {available:g} |")
+    if report.missing_lines():
+        lines += ["", f"## {report.missing_lines()[0][:-1]}", "",
+                  *(f"- {md_inline(why)}" for why in report.missing.values())]
     if report.notes:
         lines += ["", "## Files not graded", "", *(f"- {md_inline(n)}" for n in report.notes)]
-    failed = report.failed() if report.status != "empty" else []  # empty: the reason above says it all
+    failed = report.to_fix() if report.status != "empty" else []  # empty: the reason above says it all
     if failed:
         lines += ["", "## What to fix", ""]
-        for t in failed:
-            lines += [f"### {t.module}: {safe_line(t.name)} (-{_cost(report, t)})", "", *_fenced(t.message), ""]
-    elif report.status == "graded" and report.tests:
+        for e in entries(failed, report.tests):
+            if e.module:
+                lost = fmt(sum(report.check_figures(t)[1] for t in e.tests))
+                lines += [f"### {e.module}: {e.message} ({len(e.tests)} checks) (-{lost})", ""]
+                continue
+            for t in e.tests:
+                lines += [f"### {t.module}: {safe_line(t.name)} (-{_cost(report, t)})", ""]
+            lines += [*_fenced(e.message), ""]
+    elif report.status == "graded" and report.tests and not report.failed():
         lines += ["", "Every check passed."]
     noted = report.noted()
     if noted:
         lines += ["", "## Passed, with a note", ""]
-        for t in noted:
-            lines += [f"### {t.module}: {safe_line(t.name)}", "", *_fenced(t.message), ""]
+        for e in entries(noted, report.tests):
+            for t in e.tests:
+                lines += [f"### {t.module}: {safe_line(t.name)}", ""]
+            lines += [*_fenced(e.message), ""]
     skipped = report.skipped()
     if skipped:
         lines += ["", f"_Not graded on this machine: {len(skipped)} checks that need CUDA._"]
@@ -207,12 +218,24 @@ def _cost(report, t) -> str:
     return fmt(report.check_figures(t)[1])
 
 
-def _check(t, heading="h3", report=None) -> str:
-    """One check: its module and name, the points it cost, its message, and its picture."""
+def _check(t, heading="h3", report=None, message=None) -> str:
+    """One check: its module and name, the points it cost, its message (`message` in its place: one message
+    per cause, report.model.entries), and its picture."""
     cost = (f" <span class='bad'>(-{_cost(report, t) if report else f'{t.points:g}'})</span>"
             if t.status == "failed" else "")
-    message = f"<pre>{_e(t.message)}</pre>" if t.message else ""
+    message = t.message if message is None else message
+    message = f"<pre>{_e(message)}</pre>" if message else ""
     return f"<{heading}>{_e(t.module)}: {_code_spans(t.name)}{cost}</{heading}>{message}{_picture(t)}"
+
+
+def _entry(e, report=None) -> str:
+    """One entry of a listing (report.model.entries): the checks of one cause, their message once after the
+    last; or a module not started, in one heading."""
+    if not e.module:
+        return "".join(_check(t, report=report, message=e.message if t is e.tests[-1] else "") for t in e.tests)
+    lost = fmt(sum(report.check_figures(t)[1] for t in e.tests)) if report else ""
+    return (f"<h3>{_e(e.module)}: {_e(e.message)} ({len(e.tests)} checks)"
+            + (f" <span class='bad'>(-{lost})</span>" if lost else "") + "</h3>")
 
 
 def to_html(report: GradeReport) -> str:
@@ -230,18 +253,21 @@ def to_html(report: GradeReport) -> str:
             cls = "ok" if earned == available and available else "bad"
             parts.append(f"<tr><td>{_e(module)}</td><td class='{cls}'>{earned:g} / {available:g}</td></tr>")
         parts.append("</table>")
+    if report.missing_lines():
+        parts.append(f"<h2>{_e(report.missing_lines()[0][:-1])}</h2><ul>"
+                     + "".join(f"<li>{_e(w)}</li>" for w in report.missing.values()) + "</ul>")
     if report.notes:
         parts.append("<h2>Files not graded</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in report.notes) + "</ul>")
-    failed = report.failed() if report.status != "empty" else []  # empty: the reason above says it all
+    failed = report.to_fix() if report.status != "empty" else []  # empty: the reason above says it all
     if failed:
         parts.append("<h2>What to fix</h2>")
-    elif report.status == "graded" and report.tests:
+    elif report.status == "graded" and report.tests and not report.failed():
         parts.append("<p class='ok'>Every check passed.</p>")
-    parts += [_check(t, report=report) for t in failed]
+    parts += [_entry(e, report) for e in entries(failed, report.tests)]
     noted = report.noted()
     if noted:
         parts.append("<h2>Passed, with a note</h2>")
-        parts += [_check(t) for t in noted]
+        parts += [_entry(e) for e in entries(noted, report.tests)]
     passed = [t for t in report.tests if t.status == "passed" and not t.message]
     if passed:
         parts.append(f"<details><summary>Passed checks ({len(passed)})</summary><ul>"

@@ -10,7 +10,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from autograder import LEVEL_HELP, MODULES, NAMESPACES_REMEDY
-from autograder.scoring import fmt
+from autograder.scoring import NOT_HANDED_IN, fmt
 from autograder.scoring import figures as _figures
 
 # -- student text, made safe to show -------------------------------------------------
@@ -88,14 +88,86 @@ PRINTED_TAIL = 1500
 PRINTED_TITLE = f"Printed output (the last {PRINTED_TAIL} characters at most)"
 
 
-def _listing(title, tests, suffix):
-    """Text report lines for `tests` under `title`: each check's name, then its message indented ([] if none)."""
+# -- one message per cause --------------------------------------------------------------------------
+# A fault often fails several checks with one message: a crash inside merge_heads fails every check that runs
+# the module, the same traceback each time; a fault inherited by a module is the same note under each of its
+# checks. Each format lists the checks of one cause together, then their message once. A module whose every
+# check failed because nothing in it is written yet is one line.
+_FRAME = re.compile(r'\s*File "')
+NOT_STARTED = "not started: every function still raises NotImplementedError"
+
+
+def cause(message: str) -> str:
+    """What the messages of checks that fail for one reason share: an error's own text and the line that raised
+    it (the call that met it, and the frames that led there, differ from check to check: a crash inside
+    merge_heads is one cause, met in the heads checks and again through the MHA), else the "Likely bug" lines,
+    else the whole message."""
+    lines = str(message).splitlines()
+    frames = [i for i, line in enumerate(lines) if _FRAME.match(line)]
+    if frames:
+        error = next((line.split(" raised ", 1)[1] for line in reversed(lines[:frames[0]]) if " raised " in line), "")
+        return "\n".join([error, *(line.strip() for line in lines[frames[-1]:])])
+    likely = [line for line in lines if line.startswith("Likely bug: ")]
+    return "\n".join(likely) if likely else str(message).strip()
+
+
+def not_started(tests) -> list[str]:
+    """The modules of `tests` (one report's) whose every check failed on a NotImplementedError: not started."""
+    by_module: dict[str, list] = {}
+    for t in tests:
+        if t.status != "skipped":
+            by_module.setdefault(t.module, []).append(t)
+    return [m for m, ts in by_module.items()
+            if all(t.status == "failed" and "NotImplementedError" in t.message for t in ts)]
+
+
+@dataclass
+class Entry:
+    """One entry of a listing of checks: a check and the message shown under it, or a module not started."""
+
+    tests: list  # the checks it stands for: one, or every check of a module not started
+    message: str  # what to show under it (may be "")
+    module: str = ""  # set for a module not started
+
+    @property
+    def test(self):
+        return self.tests[0]
+
+
+def entries(tests, everything=None) -> list[Entry]:
+    """`tests` as a listing shows them: one entry per module not started (judged on `everything`, the report's
+    checks, when `tests` are some of them), then one entry per cause: the checks that share a message (the same
+    cause), in the order the first of them ran, with that message once (the first check's)."""
+    skip = set(not_started(tests if everything is None else everything))
+    out = [Entry([t for t in tests if t.module == m], NOT_STARTED, module=m) for m in dict.fromkeys(
+        t.module for t in tests) if m in skip]
+    groups: dict[object, list] = {}
+    for t in tests:
+        if t.module not in skip:
+            groups.setdefault(cause(t.message) if t.message else id(t), []).append(t)
+    for group in groups.values():
+        message = group[0].message.rstrip("\n")
+        if len(group) > 1:
+            message += f"\n(the {len(group)} checks above: one cause)"
+        out.append(Entry(group, message))
+    return out
+
+
+def _listing(title, tests, everything, cost=None):
+    """Text report lines for `tests` under `title`: each check's name (and what it cost, `cost(t)`), the
+    checks of one cause together, then their message once, indented (`entries`); [] when there is no check."""
     if not tests:
         return []
     lines = ["", f"{title} ({len(tests)}):"]
-    for t in tests:
-        lines.append(f"  [{t.module}] {safe_line(t.name)}{suffix(t)}")
-        lines.append("      " + safe_text(t.message.rstrip("\n"), "      "))
+    for e in entries(tests, everything):
+        if e.module:
+            lost = f"  (-{fmt(sum(cost(t) for t in e.tests))})" if cost else ""
+            lines.append(f"  [{e.module}] {e.message} ({len(e.tests)} checks){lost}")
+            continue
+        for t in e.tests:
+            lines.append(f"  [{t.module}] {safe_line(t.name)}" + (f"  (-{fmt(cost(t))})" if cost else ""))
+        if e.message:
+            lines.append("      " + safe_text(e.message, "      "))
     return lines
 
 
@@ -148,6 +220,7 @@ class GradeReport:
     isolation: str = ""  # how the student process was confined: "namespaces", "landlock" or "none"
     grader_failure: bool = False  # the grader could not run student code (status "error"): no score at all
     notes: list = field(default_factory=list)  # files of the submission not graded, and why (submission.intake)
+    missing: dict = field(default_factory=dict)  # {module not handed in: where its code goes}, said once
     grader_peak_mib: float = 0.0  # the grader process's peak resident memory (what the submission cost it)
 
     @property
@@ -195,6 +268,18 @@ class GradeReport:
     def failed(self):
         return [t for t in self.tests if t.status == "failed"]
 
+    def to_fix(self):
+        """The failed checks a report lists one by one: not those of a module not handed in, which say only
+        NOT_HANDED_IN (`missing_lines` names those modules once)."""
+        return [t for t in self.failed() if not (t.module in self.missing and t.message == NOT_HANDED_IN)]
+
+    def missing_lines(self):
+        """The modules not handed in, once: a heading, then each with where its code goes ([] when none, or
+        when the grading found nothing to grade: its reason says it)."""
+        if not self.missing or self.status != "graded":
+            return []
+        return [f"Not handed in ({len(self.missing)}):", *(f"  {safe_line(why)}" for why in self.missing.values())]
+
     def skipped(self):
         return [t for t in self.tests if t.status == "skipped"]
 
@@ -229,6 +314,7 @@ class GradeReport:
             "isolation": self.isolation,
             "grader_failure": self.grader_failure,
             "notes": self.notes,
+            "missing": self.missing,
             "grader_peak_mib": self.grader_peak_mib,
             "student_output": self.printed(),
         }
@@ -268,6 +354,8 @@ class GradeReport:
                   "extra_data": {"status": self.status}}
         if self.notes:
             result["output"] += "\nFiles not graded:\n" + "\n".join(f"  {safe_line(n)}" for n in self.notes)
+        if self.missing_lines():
+            result["output"] += "\n" + "\n".join(self.missing_lines())
         if self.grader_failure:  # run_autograder exits non-zero too: Gradescope shows a failure, not this 0
             result["output"] = (f"{AUTOGRADER_FAILURE}: {safe_text(self.error)}\n{NOT_THE_STUDENTS}")
         elif self.status == "empty":
@@ -313,14 +401,16 @@ class GradeReport:
                 if not f.graded:
                     lines.append(f"  {m:<{width}}  not graded here")
                     continue
-                mark = "ok" if f.score == f.max_score else "  "
+                mark = "ok" if f.score == f.max_score else "not handed in" if m in self.missing else "  "
                 lines.append(f"  {m:<{width}}  {fmt(f.score):>5} / {fmt(f.max_score):<5} {mark}")
+        if self.missing_lines():
+            lines += ["", *self.missing_lines()]
         if self.notes:
             lines += ["", f"Files not graded ({len(self.notes)}):", *(f"  {safe_line(n)}" for n in self.notes)]
         cost = {id(t): mx for t, (_, mx) in zip(self.tests, fig.checks)}
         if self.status != "empty":  # nothing to grade: the reason above says it, not every check again
-            lines += _listing("Failed checks", self.failed(), lambda t: f"  (-{fmt(cost[id(t)])})")
-        lines += _listing("Passed, with a note", self.noted(), lambda t: "")
+            lines += _listing("Failed checks", self.to_fix(), self.tests, lambda t: cost[id(t)])
+        lines += _listing("Passed, with a note", self.noted(), self.tests)
         skipped = self.skipped()
         if skipped:
             pts = sum(t.points for t in skipped)

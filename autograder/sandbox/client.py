@@ -39,6 +39,7 @@ from autograder.sandbox.errors import GraderUnavailable, StudentError
 from autograder.sandbox.forkserver import Worker
 from autograder.sandbox.isolation import CHILD, _read_exactly, _read_handshake, choose_isolation, refusals
 from autograder.sandbox.limits import WRITABLE, Limits, forbidden_paths, student_env
+from autograder.scoring import NOT_HANDED_IN
 from autograder.submission import intake as _intake
 
 MAX_STRIKES = 2  # crashes or timeouts of one module before its checks stop running
@@ -329,7 +330,7 @@ class Sandbox:
         module = owner
         if module not in self.available:
             why = self.intake.get("missing", {}).get(module) or self.refused.get(f"{module}.py")
-            raise StudentError(why or f"{module}.py is missing from the submission", "missing")
+            raise StudentError(why or NOT_HANDED_IN, "missing")
         if len(self.strikes.get(module, ())) >= MAX_STRIKES:
             raise StudentError(
                 f"not run: {module}.py already crashed or timed out {MAX_STRIKES} times "
@@ -429,11 +430,12 @@ class Sandbox:
                               name=name, args=list(args), kwargs=kwargs, seed=seed, capture_args=capture_args)
         return answer.get("value"), answer.get("args_after")
 
-    def new(self, module, name, *args, seed=None, timeout=None, **kwargs):
-        """Build `module.name(*args, **kwargs)` in the child; return a RemoteModule."""
+    def new(self, module, name, *args, seed=None, timeout=None, stand_ins=None, **kwargs):
+        """Build `module.name(*args, **kwargs)` in the child; return a RemoteModule. `stand_ins`: the student's
+        functions replaced while it is built (autograder/sandbox/standin.py)."""
         handle = next(self._handles)
         self.request(module, "new", timeout, signature(name, args, kwargs), module=module, name=name,
-                     args=list(args), kwargs=kwargs, seed=seed, new_handle=handle)
+                     args=list(args), kwargs=kwargs, seed=seed, new_handle=handle, stand_ins=stand_ins or [])
         remote = RemoteModule(self, module, name, handle, self._generation)
         remote.args, remote.kwargs = tuple(args), dict(kwargs)  # how it was built (autograder/graders/blame.py)
         return remote
@@ -505,12 +507,13 @@ class RemoteModule:
         self._alive()
         return self.sandbox.request(self.module, op, timeout, context, handle=self.handle, **fields)
 
-    def __call__(self, *args, train=False, seed=None, capture_args=False, timeout=None):
-        """Run forward (in eval mode unless train=True); return (value, args_after)."""
+    def __call__(self, *args, train=False, seed=None, capture_args=False, timeout=None, stand_ins=None):
+        """Run forward (in eval mode unless train=True); return (value, args_after). `stand_ins`: the student's
+        functions replaced during this forward (autograder/sandbox/standin.py)."""
         mode = "train" if train else "eval"
         answer = self._request("call", signature(f"{self.name}.forward", args, {}) + f" in {mode} mode",
                                timeout, args=list(args), kwargs={}, train=train, seed=seed,
-                               capture_args=capture_args)
+                               capture_args=capture_args, stand_ins=stand_ins or [])
         return answer.get("value"), answer.get("args_after")
 
     def load(self, params):
@@ -518,7 +521,8 @@ class RemoteModule:
         self._request("load", f"loading weights into {self.name}", params=dict(params))
 
     def state(self):
-        """Named parameters (deduplicated), all parameter names, buffers and submodule names."""
+        """Named parameters (deduplicated), all parameter names, buffers and submodule names, and `aliases`:
+        each name of a submodule or parameter that is the same object as one named before it -> that name."""
         return self._request("state", f"reading the parameters of {self.name}")
 
     def to(self, device=None, dtype=None):

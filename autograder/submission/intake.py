@@ -552,10 +552,14 @@ def one_form(files: dict, prefix="") -> tuple[dict, dict]:
 
     A file whose name holds several modules' names (`03_masks_and_04_mha.ipynb`) is not graded, and named.
     A module with more than MAX_CANDIDATES files is refused without reading them. Returns (files kept,
-    {shown name: why it is not graded}): one note for each file left out, naming the file graded instead, or
-    one note for a module refused.
+    {shown name: why it is not graded}): one note for a module refused, and one note for each reason a file was
+    left out for another, naming the files left out and those graded instead (the five notebooks beside the
+    graded .py files: one line, not five). A file left out that is the untouched template, beside a graded .py
+    file or another untouched one, gets none: that the .py file is graded is the rule, and the checks of a
+    module never started say so.
     """
     kept, notes, by_module = dict(files), {}, {}
+    instead = {}  # kind of reason -> [(file not graded, file graded instead, why)], for one note a kind
     for name in sorted(files):
         found = modules_named(name) if _may_be_module(name) else ()
         if len(found) > 1:
@@ -608,9 +612,42 @@ def one_form(files: dict, prefix="") -> tuple[dict, dict]:
             if name != keep:
                 del kept[name]
                 same = digest[name] is not None and digest[name] == digest[keep]
-                notes[shown(prefix + name)] = (f"{shown(prefix + name)}: not graded: {shown(prefix + keep)} was "
-                                               f"graded instead ({_why_left_out(name, keep, blank, same)})")
+                if blank[name] and (blank[keep] or keep.lower().endswith(".py")):
+                    continue  # an untouched template beside the graded file: nothing to say (its checks say the rest)
+                instead.setdefault(_left_out_kind(name, keep, blank, same), []).append(
+                    (shown(prefix + name), shown(prefix + keep), _why_left_out(name, keep, blank, same)))
+    for kind, pairs in instead.items():  # one note for each reason, however many modules it holds for
+        if len(pairs) == 1:
+            (name, keep, why), = pairs
+            notes[name] = f"{name}: not graded: {keep} was graded instead ({why})"
+        else:
+            names, keeps = [n for n, _, _ in pairs], [k for _, k, _ in pairs]
+            notes[names[0]] = (f"{_listed(names, len(MODULES))}: not graded: {_listed(keeps, len(MODULES))} were "
+                               f"graded instead ({_LEFT_OUT_MANY.get(kind, pairs[0][2])})")
     return kept, notes
+
+
+#: Why the files of several modules are not graded, one file graded instead of each (`one_form`), by the
+#: kind of the reason (`_left_out_kind`): the plural of `_why_left_out` (where it names the two files' forms).
+_LEFT_OUT_MANY = {
+    ("template", True, False): "the .py files are the untouched template and the notebooks hold your work",
+    ("template", False, True): "the notebooks are the untouched template and the .py files hold your work",
+    ("template", True, True): "those not graded are the untouched template and those graded hold your work",
+    ("template", False, False): "those not graded are the untouched template and those graded hold your work",
+    ("same", True, True): "each holds the same code as the one graded",
+    ("same", False, False): "each holds the same code as the one graded",
+}  # ("work", False, True): "both hold work, and then the .py file is graded: ...", the same words for several
+
+
+def _left_out_kind(dropped, kept, blank, same) -> tuple:
+    """The kind of `_why_left_out`'s reason, and the forms of the two files (is each a .py file): the notes of
+    one kind are said in one (`one_form`)."""
+    forms = (dropped.lower().endswith(".py"), kept.lower().endswith(".py"))
+    if blank[dropped]:
+        return ("template", *forms)
+    if forms[0] == forms[1] and same:
+        return ("same", *forms)
+    return ("work", *forms)
 
 
 # -- zips --------------------------------------------------------------------------------------

@@ -10,8 +10,9 @@ out too, unless it is the notebook's module cell (the nbgrader solution cell
 
 Line numbers are kept: each cell that contributes code becomes a line
 `# --- cell N` followed by the cell's own lines, those left out blanked, so
-that line k of cell N sits k lines below its marker (`cell_of` maps a line
-of the module back to the notebook's cell and line).
+that line k of cell N sits k lines below its marker (`cell_of` and `CellLines` map a line
+of the module back to the notebook's cell and line, and `in_notebook_terms` puts the
+lines that a grader's message names in those terms).
 
 Reads notebooks with nbformat; stdlib otherwise, no torch. A notebook file is
 read through autograder.submission.intake (a regular file of the submission, never
@@ -20,6 +21,7 @@ through a link, and no larger than its limit).
 from __future__ import annotations
 
 import ast
+import bisect
 import builtins
 import json
 import re
@@ -343,31 +345,87 @@ def _in_docstring(name) -> str:
 _MARKER = re.compile(r"# --- cell (\d+)\b")
 
 
+class CellLines:
+    """Where each line of a module made by `notebook_to_source` sits in its notebook: read from the module's text
+    once, then each look-up takes O(log n), whatever line number it is asked about (a number read from a
+    student's traceback: any size)."""
+
+    def __init__(self, source: str):
+        lines = source.splitlines()
+        self._rows = [row for row, line in enumerate(lines, 1) if line.startswith("# --- cell ")
+                      and _MARKER.match(line)]  # the markers' line numbers, in order
+        self._cells = [int(_MARKER.match(lines[row - 1])[1]) for row in self._rows]
+        self._size = len(lines)
+
+    def __call__(self, lineno) -> tuple[int, int] | None:
+        """(cell, line in that cell) of line `lineno` of the module; None for a line outside the cells (the
+        module's docstring, a marker, a line past the end)."""
+        if not isinstance(lineno, int) or not 0 < lineno <= self._size:
+            return None
+        at = bisect.bisect_right(self._rows, lineno) - 1  # the last marker at or above the line
+        return (self._cells[at], lineno - self._rows[at]) if at >= 0 and self._rows[at] < lineno else None
+
+
 def cell_of(source: str, lineno: int) -> tuple[int, int] | None:
     """(cell, line in that cell) of line `lineno` of a module made by `notebook_to_source`; None for a line
     outside the cells (the module's docstring)."""
-    lines = source.splitlines()
-    for row in range(min(lineno, len(lines)) - 1, -1, -1):
-        match = _MARKER.match(lines[row])
-        if match:
-            return (int(match[1]), lineno - row - 1) if lineno - row - 1 > 0 else None
-    return None
+    return CellLines(source)(lineno)
 
 
-def missing_message(module: str) -> str:
-    """Why a module of a notebook submission has no code, in words a student can act on: the notebook to
-    hand in, and the cell its code goes in (from the released template, autograder/submission/released.py)."""
+def place(notebook: str, cell: int, line: int) -> str:
+    """How a line of a notebook is named to its student, as the self-check names it
+    (autograder/sandbox/selfcheck.py, `_place`): "01_attention.ipynb, cell 7, line 3"."""
+    return f"{notebook}, cell {cell}, line {line}"
+
+
+#: A line of a module named in a message: `File "mha.py", line 154` (a traceback's) or `mha.py, line 154`.
+_MODULE_LINE = re.compile(r'(?P<quote>"?)\b(?P<module>' + "|".join(MODULES)
+                          + r')\.py(?P=quote), line (?P<line>[0-9]{1,9})(?![0-9])')
+
+
+def in_notebook_terms(text: str, notebooks: dict) -> str:
+    """`text` (a check's message: the student's traceback, a "Likely bug" line) with each line of a module that
+    a notebook became named in the notebook's terms: `File "mha.py", line 154` -> `File "04_mha.ipynb", cell 5,
+    line 151`, `(heads.py, line 30)` -> `(02_heads.ipynb, cell 5, line 27)`.
+
+    `notebooks`: {module: (the notebook's name, CellLines of the module the intake wrote from it)}, on the
+    trusted side. The text is only searched for line numbers to look up there (each a bounded look-up); a
+    line outside the cells, or of a module that no notebook became, is left as it is."""
+    def named(match):
+        found = notebooks.get(match["module"])
+        where = found[1](int(match["line"])) if found else None
+        if where is None:
+            return match[0]
+        quote = match["quote"]  # the name in one line: a character that is not printable as its escape
+        name = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in found[0])
+        return place(f"{quote}{name}{quote}", *where)
+
+    return _MODULE_LINE.sub(named, text) if notebooks and isinstance(text, str) else text
+
+
+def _released(module: str) -> tuple[str, int, int | None]:
+    """(what goes in the module's code cell, "split_heads and merge_heads"; how many names that is; the cell's
+    number or None), from the released template (autograder/submission/released.py)."""
     try:
         from autograder.submission.released import MODULE_CELLS, NAMES
     except ImportError:  # a kit never released
         MODULE_CELLS, NAMES = {}, {}
-    notebook = notebook_name(module)
     names = NAMES.get(module) or []
     what = " and ".join(", ".join(names).rsplit(", ", 1)) if names else "its code"
-    cell = f"cell {MODULE_CELLS[module]}, " if module in MODULE_CELLS else ""
-    return (f"{notebook} is missing from the submission (and {module}.py too): {what} go"
-            f"{'es' if len(names) == 1 else ''} in its code cell marked # YOUR CODE HERE ({cell}under "
-            f"\"Your task\"); hand in the notebook under its own name, {notebook}")
+    return what, len(names), MODULE_CELLS.get(module)
+
+
+def not_handed_in(module: str, notebook: bool) -> str:
+    """What a report says, once, of a module that the submission does not hold: its notebook and the cell its
+    code goes in, for a submission of notebooks (`notebook`), else its .py file and what it holds:
+    "02_heads.ipynb: split_heads and merge_heads go in its code cell marked # YOUR CODE HERE (cell 5, under
+    "Your task")", "heads.py: split_heads and merge_heads"."""
+    what, count, cell = _released(module)
+    if not notebook:
+        return f"{module}.py: {what}"
+    cell = f"cell {cell}, " if cell else ""
+    return (f"{notebook_name(module)}: {what} go{'es' if count == 1 else ''} in its code cell marked "
+            f"# YOUR CODE HERE ({cell}under \"Your task\")")
 
 
 def _empty_long_cells(raw) -> set[int]:

@@ -34,7 +34,7 @@ except ModuleNotFoundError:  # Python 3.10: tomli, its source (requirements.txt)
     import tomli as tomllib
 import warnings
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 __all__ = [
@@ -143,6 +143,11 @@ class Case:
     # the "Likely bug: ..." diagnoses its report must print, and no other (a bug's `diagnosis`; empty: none)
     diagnosis: tuple[str, ...] = ()
     call_timeout: float | None = None  # seconds per call to student code, where the suite's default is not needed
+    on: str = ""  # a bug's `on`: the id of the [[alternative]] it is planted in (its patches come first)
+    # a bug's `also_fails`: checks of other modules that it fails too, by design (each case says why in its
+    # description); every other check of every other module must pass
+    also_fails: tuple[str, ...] = ()
+    base: tuple[Patch, ...] = ()  # that alternative's patches (load_corpus fills them in)
 
     @property
     def is_bug(self) -> bool:
@@ -281,7 +286,7 @@ def _call_timeout(entry: dict, where: str, below: float | None = None) -> float 
 
 
 def _case_from_entry(kind: str, index: int, entry: dict) -> Case:
-    keys = {"id", "module", "description", "patch", "call_timeout"} | ({"diagnosis"} if kind == "bug" else set())
+    keys = {"id", "module", "description", "patch", "call_timeout"} | ({"diagnosis", "on", "also_fails"} if kind == "bug" else set())
     where = _check_header(kind, index, entry, keys, ("id", "module", "description"))
     case_id = entry["id"]
     module = entry["module"]
@@ -311,8 +316,12 @@ def _case_from_entry(kind: str, index: int, entry: dict) -> Case:
         if "\n" in text or text.startswith("Likely bug") or text.endswith("."):
             raise CorpusError(f"{where}: a diagnosis is the text after 'Likely bug: ' on one line, without the "
                               f"final period: {text!r}")
+    on = entry.get("on", "")
+    if not isinstance(on, str):
+        raise CorpusError(f"{where}: on must be the id of an [[alternative]]")
+    also_fails = _strings(entry["also_fails"], where, "also_fails") if "also_fails" in entry else ()
     return Case(case_id, kind, module, entry["description"].strip(), tuple(patches), diagnosis,
-                _call_timeout(entry, where))
+                _call_timeout(entry, where), on, also_fails)
 
 
 def load_corpus(path: Path | str = CORPUS_FILE) -> dict[str, list[Case]]:
@@ -338,6 +347,13 @@ def load_corpus(path: Path | str = CORPUS_FILE) -> dict[str, list[Case]]:
                 raise CorpusError(f"{path}: duplicate id {case.id!r}")
             seen.add(case.id)
         corpus[kind] = cases
+    alternatives = {case.id: case for case in corpus["alternative"]}
+    for kind in KINDS:
+        for i, case in enumerate(corpus[kind]):
+            if case.on:
+                if case.on not in alternatives:
+                    raise CorpusError(f"{path}: [[{kind}]] {case.id!r}: on = {case.on!r} is not an [[alternative]]")
+                corpus[kind][i] = replace(case, base=alternatives[case.on].patches)
     return corpus
 
 
@@ -399,7 +415,7 @@ def materialize(case: Case | AttackCase, dest: Path | str, solutions_dir: Path |
         _lay_out(case, dest, params)
         return dest
     touched: dict[str, str] = {}
-    for patch in case.patches:
+    for patch in (*case.base, *case.patches):  # a bug planted in an alternative: the alternative's patches first
         path = dest / patch.file
         text = touched.get(patch.file, path.read_text(encoding="utf-8"))
         touched[patch.file] = apply_patch(text, patch, case_id=case.id)

@@ -1,0 +1,145 @@
+"""Stand-ins for a part that crashes: grade a module as if the student's own part worked, without handing it answers.
+
+A student's MultiHeadAttention may call the student's own merge_heads; when
+that raises, the MHA cannot run, and its checks would charge again a fault
+that the heads checks already charge. So the grader runs the module once more
+with the crashing part replaced, in the student process, by a stand-in that
+knows the reference's answers for exactly the inputs the reference wiring
+gives that part, and nothing else (autograder/graders/blame.py computes them,
+with the student's other parts). The module then passes a check only if its
+output is right: the module is graded given a working part.
+
+The stand-in must not be a way to get those answers without doing the work:
+student code runs beside it and can read it. So it holds each answer sealed
+with the input it answers: the answer's bytes XOR a pad derived from that
+input's exact bytes (SHAKE-256), found by a digest (SHA-256) of them, under a
+random nonce. Code that does not already hold the right input, bit for bit,
+learns nothing from it. An input that is not one of those (another wiring, a
+different rounding) gets an error, and the check is graded as without the
+stand-in.
+
+The student process loads this file by path (student_process._sibling), the
+trusted side imports it; both compute the same bytes of a value. It imports
+torch only when a stand-in is made or called: the student process loads it
+before its limits are set, and torch is imported under them.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+
+#: The parts a stand-in can replace: (student module, function) -> its parameters in order, with the ones the
+#: answer depends on (a dropout module, or a device, is not part of the key), and their defaults.
+SIGNATURES = {
+    ("attention", "scaled_dot_product_attention"): (("query", "key", "value", "mask", "dropout"),
+                                                    ("query", "key", "value", "mask"),
+                                                    {"mask": None, "dropout": None}),
+    ("heads", "split_heads"): (("x", "num_heads"), ("x", "num_heads"), {}),
+    ("heads", "merge_heads"): (("x",), ("x",), {}),
+    ("masks", "causal_mask"): (("seq_len", "device"), ("seq_len",), {"device": None}),
+}
+
+
+class NoAnswer(Exception):
+    """The stand-in has no answer for these arguments."""
+
+
+def bind(function, args, kwargs):
+    """The arguments of a call of `function` ((module, name)) by parameter name, defaults filled in."""
+    params, _, defaults = SIGNATURES[function]
+    if len(args) > len(params) or set(kwargs) - set(params) or set(params[:len(args)]) & set(kwargs):
+        raise NoAnswer(f"{function[1]} called with arguments that are not its parameters {params}")
+    bound = {**defaults, **dict(zip(params, args)), **kwargs}
+    missing = [p for p in params if p not in bound]
+    if missing:
+        raise NoAnswer(f"{function[1]} called without {missing}")
+    return bound
+
+
+def _value_bytes(value) -> bytes:
+    """The exact bytes of one argument: a tensor's dtype, shape and elements (C order; a meta tensor, which has
+    no elements, by its dtype and shape alone), or a plain value's type and repr."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        t = value.detach()
+        head = f"tensor {t.dtype} {tuple(t.shape)} {'meta' if t.device.type == 'meta' else 'data'}:".encode()
+        if t.device.type == "meta":
+            return head
+        t = t.cpu().contiguous().reshape(-1)
+        return head + (t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    if value is None or type(value) in (bool, int, float):
+        return f"{type(value).__name__} {value!r}".encode()
+    raise NoAnswer(f"an argument of type {type(value).__name__}")
+
+
+def key_bytes(function, bound) -> bytes:
+    """The bytes an answer of `function` is keyed on: its keyed arguments', each with its length."""
+    _, keyed, _ = SIGNATURES[function]
+    parts = [_value_bytes(bound[name]) for name in keyed]
+    return b"".join(len(p).to_bytes(8, "big") + p for p in parts)
+
+
+def _pad(nonce: bytes, data: bytes, size: int) -> bytes:
+    return hashlib.shake_256(b"mha-kit stand-in pad\0" + nonce + data).digest(size)
+
+
+def _digest(nonce: bytes, data: bytes) -> bytes:
+    return hashlib.sha256(b"mha-kit stand-in key\0" + nonce + data).digest()
+
+
+def _xor(a: bytes, b: bytes) -> bytes:
+    return (int.from_bytes(a, "big") ^ int.from_bytes(b, "big")).to_bytes(len(a), "big") if a else b""
+
+
+def _u8(data: bytes):
+    import torch
+
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8)
+
+
+def seal(function, args, kwargs, outputs) -> dict:
+    """One answer of a stand-in for `function`: `outputs` (a tensor, or a tuple of tensors) for exactly these
+    arguments, sealed with them. Made on the trusted side; plain tensors and lists, for the wire."""
+    import torch
+
+    data = key_bytes(function, bind(function, args, kwargs))
+    many = isinstance(outputs, (tuple, list))
+    tensors = [t.detach() for t in (outputs if many else (outputs,))]
+    meta = [t.device.type == "meta" for t in tensors]
+    plain = b"".join(b"" if m else t.cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+                     for t, m in zip(tensors, meta))
+    nonce = os.urandom(16)
+    return {"nonce": _u8(nonce), "key": _u8(_digest(nonce, data)), "sealed": _u8(_xor(plain, _pad(nonce, data, len(plain)))),
+            "dtypes": [str(t.dtype).replace("torch.", "") for t in tensors], "shapes": [list(t.shape) for t in tensors],
+            "meta": meta, "many": many}
+
+
+def answer(function, answers, args, kwargs):
+    """What the stand-in for `function` returns for this call: the answer sealed with exactly these arguments,
+    on the device of its first tensor argument (or its `device`); NoAnswer when it has none."""
+    import torch
+
+    bound = bind(function, args, kwargs)
+    data = key_bytes(function, bound)
+    for a in answers:
+        nonce = bytes(a["nonce"].tolist())
+        if bytes(a["key"].tolist()) != _digest(nonce, data):
+            continue
+        sealed = a["sealed"].numpy().tobytes()
+        plain = _xor(sealed, _pad(nonce, data, len(sealed)))
+        device = bound.get("device") or next((v.device for v in bound.values() if isinstance(v, torch.Tensor)), None)
+        out, offset = [], 0
+        for dtype, shape, meta in zip(a["dtypes"], a["shapes"], a["meta"]):
+            dtype = getattr(torch, dtype)
+            if meta:
+                out.append(torch.empty(shape, dtype=dtype, device="meta"))
+                continue
+            size = torch.Size(shape).numel() * torch.empty(0, dtype=dtype).element_size()
+            t = torch.frombuffer(bytearray(plain[offset:offset + size]), dtype=torch.uint8) if size else \
+                torch.zeros(0, dtype=torch.uint8)
+            offset += size
+            t = t.view(dtype).reshape(shape)
+            out.append(t.to(device) if device is not None else t)
+        return tuple(out) if a["many"] else out[0]
+    raise NoAnswer(f"{function[1]} got an input that the reference wiring does not give it")
