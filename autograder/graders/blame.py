@@ -150,15 +150,10 @@ def inherited_from(student, remote, x, got) -> list[str] | None:
     name = getattr(remote, "name", None)
     if name not in USED_BY or not isinstance(got, torch.Tensor) or got.is_meta:
         return None
-    try:
-        state = remote.state()
-    except StudentError:
+    wiring = _student_wiring(remote, x.dtype)
+    if wiring is None:
         return None
-    params = {k: v.detach().to(x.dtype) for k, v in state.get("parameters", {}).items()}
-    num_heads = _num_heads(name, params, getattr(remote, "args", ()), getattr(remote, "kwargs", {}))
-    if not num_heads:
-        return None
-    run = _wiring(name, params, num_heads)
+    run, _ = wiring
     try:
         with torch.no_grad():
             reference = run(x, Parts(student, ()))
@@ -236,12 +231,16 @@ def _specs(answers):
     return [{"module": PARTS[part][0], "name": PARTS[part][1], "answers": sealed} for part, sealed in answers.items()]
 
 
-def _parameters(remote, dtype):
+def _student_wiring(remote, dtype):
+    """(the reference wiring of `remote`'s module with its own weights read back in `dtype`, those weights), or
+    None when they cannot be read or give no number of heads."""
     try:
         state = remote.state()
     except StudentError:
         return None
-    return {k: v.detach().to(dtype) for k, v in state.get("parameters", {}).items()}
+    params = {k: v.detach().to(dtype) for k, v in state.get("parameters", {}).items()}
+    num_heads = _num_heads(remote.name, params, getattr(remote, "args", ()), getattr(remote, "kwargs", {}))
+    return (_wiring(remote.name, params, num_heads), params) if num_heads else None
 
 
 def with_stand_ins(remote, x, parts, call):
@@ -251,16 +250,14 @@ def with_stand_ins(remote, x, parts, call):
     (with the student's other parts); (its value, the reference wiring's own output), or None when the wiring
     or the copy cannot be made."""
     name = remote.name
-    params = _parameters(remote, x.dtype)
-    if params is None:
+    wiring = _student_wiring(remote, x.dtype)
+    if wiring is None:
         return None
-    num_heads = _num_heads(name, params, getattr(remote, "args", ()), getattr(remote, "kwargs", {}))
-    if not num_heads:
-        return None
+    run, params = wiring
     recording = _Recording(remote.sandbox, [p for p in USED_BY[name] if p not in parts], parts)
     try:
         with torch.no_grad():
-            expected = _wiring(name, params, num_heads)(x, recording)
+            expected = run(x, recording)
         target = remote
         if "mask" in parts:  # a copy built with the stand-in, holding the module's weights, where they are
             args, kwargs = getattr(remote, "args", ()), getattr(remote, "kwargs", {})
@@ -305,15 +302,15 @@ def note_crash(name, part, line):
 
 def stand_in_forward(remote, x, error, call):
     """`call(target, stand_ins)`: the forward on `x` of `remote` (or of its copy: with_stand_ins) again, with
-    the student's part that raised `error` stood in for; (its value, the note), or None when the error is not a
-    crash inside a part, or no stand-in helps (the student's other parts break too, or the module gives the
-    part other inputs than the reference wiring does)."""
+    the student's part that raised `error` stood in for; (its value, the note, that part), or None when the
+    error is not a crash inside a part, or no stand-in helps (the student's other parts break too, or the
+    module gives the part other inputs than the reference wiring does)."""
     crashed = crashed_part(error, remote.module, remote.name)
     if crashed is None:
         return None
     part, line = crashed
     again = with_stand_ins(remote, x, [part], call)
-    return None if again is None else (again[0], note_crash(remote.name, part, line))
+    return None if again is None else (again[0], note_crash(remote.name, part, line), part)
 
 
 def stand_in_construction(module, name, args, kwargs, error):

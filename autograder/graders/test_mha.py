@@ -81,9 +81,8 @@ def run(remote, x, **kw):
                                        lambda target, stand_ins: target(x, stand_ins=stand_ins, **kw))
         if again is None:
             raise
-        value, note = again
+        value, note, remote.stood_in = again
         checks.note(note)
-        remote.stood_in = blame.crashed_part(exc, remote.module, remote.name)[0]
         return value
 
 

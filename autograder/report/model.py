@@ -129,10 +129,6 @@ class Entry:
     message: str  # what to show under it (may be "")
     module: str = ""  # set for a module not started
 
-    @property
-    def test(self):
-        return self.tests[0]
-
 
 def entries(tests, everything=None) -> list[Entry]:
     """`tests` as a listing shows them: one entry per module not started (judged on `everything`, the report's

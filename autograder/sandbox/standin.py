@@ -66,8 +66,7 @@ def _value_bytes(value) -> bytes:
         head = f"tensor {t.dtype} {tuple(t.shape)} {'meta' if t.device.type == 'meta' else 'data'}:".encode()
         if t.device.type == "meta":
             return head
-        t = t.cpu().contiguous().reshape(-1)
-        return head + (t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        return head + _tensor_bytes(t)
     if value is None or type(value) in (bool, int, float):
         return f"{type(value).__name__} {value!r}".encode()
     raise NoAnswer(f"an argument of type {type(value).__name__}")
@@ -78,6 +77,14 @@ def key_bytes(function, bound) -> bytes:
     _, keyed, _ = SIGNATURES[function]
     parts = [_value_bytes(bound[name]) for name in keyed]
     return b"".join(len(p).to_bytes(8, "big") + p for p in parts)
+
+
+def _tensor_bytes(t) -> bytes:
+    """The elements of a tensor with data, C order, as bytes."""
+    import torch
+
+    t = t.detach().cpu().contiguous().reshape(-1)
+    return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
 
 
 def _pad(nonce: bytes, data: bytes, size: int) -> bytes:
@@ -101,16 +108,14 @@ def _u8(data: bytes):
 def seal(function, args, kwargs, outputs) -> dict:
     """One answer of a stand-in for `function`: `outputs` (a tensor, or a tuple of tensors) for exactly these
     arguments, sealed with them. Made on the trusted side; plain tensors and lists, for the wire."""
-    import torch
-
     data = key_bytes(function, bind(function, args, kwargs))
     many = isinstance(outputs, (tuple, list))
     tensors = [t.detach() for t in (outputs if many else (outputs,))]
     meta = [t.device.type == "meta" for t in tensors]
-    plain = b"".join(b"" if m else t.cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-                     for t, m in zip(tensors, meta))
+    plain = b"".join(b"" if m else _tensor_bytes(t) for t, m in zip(tensors, meta))
     nonce = os.urandom(16)
-    return {"nonce": _u8(nonce), "key": _u8(_digest(nonce, data)), "sealed": _u8(_xor(plain, _pad(nonce, data, len(plain)))),
+    return {"nonce": _u8(nonce), "key": _u8(_digest(nonce, data)),
+            "sealed": _u8(_xor(plain, _pad(nonce, data, len(plain)))),
             "dtypes": [str(t.dtype).replace("torch.", "") for t in tensors], "shapes": [list(t.shape) for t in tensors],
             "meta": meta, "many": many}
 
@@ -136,8 +141,7 @@ def answer(function, answers, args, kwargs):
                 out.append(torch.empty(shape, dtype=dtype, device="meta"))
                 continue
             size = torch.Size(shape).numel() * torch.empty(0, dtype=dtype).element_size()
-            t = torch.frombuffer(bytearray(plain[offset:offset + size]), dtype=torch.uint8) if size else \
-                torch.zeros(0, dtype=torch.uint8)
+            t = _u8(plain[offset:offset + size])
             offset += size
             t = t.view(dtype).reshape(shape)
             out.append(t.to(device) if device is not None else t)
