@@ -1,6 +1,7 @@
 """The templates that grade a class in shards on a cluster (issue 17): templates/slurm/, templates/kubernetes/,
 templates/github-actions/. Checked without a cluster: every YAML parses and has the keys its engine needs, N
-stated twice agrees, every script is valid bash, and every call of the kit's command line uses options that the
+stated twice agrees, every Kubernetes manifest is valid against the real schemas of the Kubernetes versions
+it runs on (kubernetes-validate), every script is valid bash, and every call of the kit's command line uses options that the
 command defines (read from click's own command objects), so that the templates cannot drift from the CLI.
 tests/test_shards_class.py runs what they run (N shard processes, then merge) on this machine.
 """
@@ -10,6 +11,7 @@ import re
 import shlex
 import subprocess
 
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -75,6 +77,33 @@ def test_every_yaml_parses(path):
 def test_every_script_is_valid_bash(where, text):
     proc = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, f"{where}: {proc.stderr}"
+
+
+def kubernetes_versions():
+    """The oldest Kubernetes the templates state (grade-job.yaml's header: backoffLimitPerIndex), and the newest
+    that kubernetes-validate carries the schemas of."""
+    oldest = re.search(r"# Kubernetes (\d+\.\d+) or later", (TEMPLATES / "kubernetes" / "grade-job.yaml").read_text())
+    assert oldest, "grade-job.yaml's header names the oldest Kubernetes it runs on"
+    return [f"{oldest[1]}.0", kubernetes_validate.latest_version()]
+
+
+@pytest.mark.parametrize("path", sorted((TEMPLATES / "kubernetes").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_kubernetes_manifest_is_valid_against_the_real_schemas(path):
+    """Strict: a field the schema does not know (a misspelt key, one from a newer Kubernetes) fails too."""
+    for doc in documents(path):
+        for version in kubernetes_versions():
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.ValidationError as e:
+                pytest.fail(f"{path.name}: {doc['kind']} {doc['metadata']['name']} is not valid for Kubernetes "
+                            f"{version}: {e.message} (at {'.'.join(map(str, e.path)) or 'the top'})")
+
+
+def test_the_schema_check_refuses_a_misspelt_field():
+    job = kube("grade-job.yaml")
+    job["spec"]["backoffLimitPerIndx"] = 3
+    with pytest.raises(kubernetes_validate.ValidationError, match="backoffLimitPerIndx"):
+        kubernetes_validate.validate(job, kubernetes_versions()[0], strict=True)
 
 
 def test_the_kubernetes_job_is_indexed_with_n_stated_once_in_effect():
