@@ -103,7 +103,8 @@ import pytest
 
 import autograder
 from autograder.grade import batch as batch_module
-from autograder.grade.engine import SubmissionError, WarmServers, grade, taken
+from autograder.grade.engine import WarmServers, grade
+from autograder.submission.take import SubmissionError, taken
 from autograder.report.formats import render
 from autograder.sandbox import client, isolation, limits as limits_module
 from autograder.sandbox.errors import GraderUnavailable
