@@ -133,6 +133,7 @@ def tutorial_figure():
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Figure, "savefig", keep)
+        report_html._drawn.cache_clear()  # drawn again, whichever test of this process drew it first
         report_html._heatmap_png(TUTORIAL)
     return drawn[0]
 
