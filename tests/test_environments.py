@@ -268,13 +268,17 @@ HARNESS_TESTS = 3  # the survivor check on two routes, and the count of cases pe
 
 
 def _corpus_tests() -> str:
-    """The -k expression of the unprivileged run: the corpus's tests and the harness's."""
+    """The -k expression of the unprivileged run: the corpus's tests and the harness's. Not the cases that the
+    trusted side alone decides (test_attacks.TRUSTED_SIDE_KINDS): graded once, by the suite itself, as they do
+    not depend on the level or on the user (test_attacks.test_a_case_graded_at_one_level_reaches_nothing_a_level_
+    confines)."""
     import inspect
 
     from tests import test_attacks
 
     graders = sorted(name for name, f in vars(test_attacks).items() if name.startswith("test_") and callable(f)
-                     and "case" in inspect.signature(f).parameters and "level" in inspect.signature(f).parameters)
+                     and "case" in inspect.signature(f).parameters and "level" in inspect.signature(f).parameters
+                     and f is not test_attacks.test_attack_decided_by_the_trusted_side_earns_nothing_undeserved)
     return " or ".join(graders + list(HARNESS))
 
 
@@ -293,9 +297,9 @@ def _failures(stdout: str, limit: int = 12000) -> str:
 def _expected_corpus_outcomes():
     """(passed, xfailed): what the unprivileged run must report at one level, counted from the corpus."""
     from tests.corpus import load_attacks
-    from tests.test_attacks import COLD
+    from tests.test_attacks import COLD, graded_at_one_level
 
-    cases = load_attacks()
+    cases = [c for c in load_attacks() if not graded_at_one_level(c)]
     graded = cases + [c for c in cases if c.id in COLD]
     xfailed = sum(1 for c in graded if c.known_vulnerability)
     return len(graded) - xfailed + HARNESS_TESTS, xfailed
