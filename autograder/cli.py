@@ -418,6 +418,7 @@ def _grade_all(folder, output, jobs, force, shard, timeout, options):
     rate = f", {60 * todo / elapsed:.1f} per minute" if todo and elapsed > 0 else ""
     of_shard = f"; shard {shard[0]}/{shard[1]}" if shard else ""
     click.echo(f"{len(rows)} rows in {output / batch.GRADEBOOK} ({elapsed:.0f} s{rate}{of_shard})")
+    _class_page(output)
     failures = batch.grader_failures(rows)
     if failures:
         click.echo(f"{len(failures)} submission(s) could not be graded because the grader could not run student "
@@ -483,11 +484,57 @@ def merge(shard_outputs, output):
     for line in batch.status_lines(merged.rows):
         click.echo(line, err=True)
     click.echo(f"{len(merged.rows)} rows in {output / batch.GRADEBOOK} (merged from {merged.shards} shards)")
+    _class_page(output)
     failures = batch.grader_failures(merged.rows)
     if failures:
         click.echo(f"{len(failures)} submission(s) could not be graded because the grader could not run student "
                    "code (status error, no score); run their shards again once the cause is fixed, then merge",
                    err=True)
+
+
+def _class_page(output) -> bool:
+    """Write OUT/class.html and OUT/class.csv from OUT's reports (autograder.grade.classpage) and say where; a
+    page that cannot be written is a warning, never a failed run (the gradebook and the reports are written)."""
+    from autograder.grade import classpage
+    from autograder.report.model import safe_line
+
+    try:
+        page, table = classpage.write(output)
+    except Exception as exc:
+        click.echo(f"warning: the class page could not be written: {type(exc).__name__}: {safe_line(exc)}", err=True)
+        return False
+    click.echo(f"Class page: {page} (every figure with its ids: {table.name})")
+    return True
+
+
+@cli.command(short_help="Write the class page of a grade-all or merge output.")
+@click.argument("out", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def summary(out):
+    """Write OUT/class.html and OUT/class.csv for the output OUT of grade-all
+    (a whole class or one shard) or of merge, from its gradebook and reports
+    alone: grade-all and merge write them at their end; this makes them again
+    (after a grade-all that was interrupted, or for an output written before
+    the kit made them).
+
+    \b
+    The page, readable on a phone: histograms of the totals and of each
+    module's figure; for every check, how many submissions passed it, passed
+    it with a note, failed it or were not graded on it; the likely bugs the
+    graders recognised, ranked by how many students got each, with their ids;
+    the submissions that were not graded (empty, timeout, error) and why;
+    what graded them. class.csv holds every figure with the ids it counts.
+
+    \b
+    Exit status: 0 when both were written; 2 when OUT holds no gradebook.csv
+    or they cannot be written there.
+    """
+    from autograder.grade import batch
+
+    if not (out / batch.GRADEBOOK).is_file():
+        click.echo(f"error: {out} holds no {batch.GRADEBOOK}: give the output folder of grade-all or merge", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
+    if not _class_page(out):
+        sys.exit(EXIT_CANNOT_RUN)
 
 
 def _said_aside(refusal, output):
