@@ -537,6 +537,69 @@ def summary(out):
         sys.exit(EXIT_CANNOT_RUN)
 
 
+@cli.command(short_help="Pairs of submissions whose code is unusually alike.")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--output", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for similarity.html (the pairs ranked, their shared code side by side) and similarity.csv.")
+@click.option("--template", "templates", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Code given to every student, left out of every comparison (repeatable) [default: the kit's "
+                   "student_template/, its .py stubs and its released notebooks].")
+@click.option("--boilerplate", "more", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="More code given to every student (a lecture's, a tutorial's), left out as the template is "
+                   "(repeatable; added to --template's).")
+@click.option("--max-share", type=click.IntRange(2), default=10, show_default=True,
+              help="Code found in more submissions than this is common code (what many write alike), not evidence "
+                   "about two of them; MOSS's -m.")
+@click.option("--top", type=click.IntRange(1), default=50, show_default=True, help="Pairs listed, at most.")
+@click.option("--min-similarity", type=click.FloatRange(0, 100), default=10, show_default=True,
+              help="List a pair when the mean of its two similarities (percent) is at least this.")
+@intake_options
+def similarity(folder, output, templates, more, max_share, top, min_similarity, max_unzipped):
+    """Rank the pairs of submissions in FOLDER (a class, as grade-all reads
+    it) whose code is unusually alike, and show their shared code side by
+    side: OUTPUT/similarity.html and OUTPUT/similarity.csv.
+
+    Similarity is evidence for a person to judge, not a verdict: students
+    may write alike because they followed the same lecture or tutorial, or
+    because one copied the other.
+
+    Each submission is read as grading reads it (never following a link; a
+    notebook becomes its module), and each module is compared with the same
+    module of every other submission by copydetect's fingerprints
+    (winnowing, as MOSS does; names and comments do not count, so renamed
+    copies are found). The code given to every student (the template and
+    its notebooks) and code that more than --max-share submissions share are
+    left out.
+
+    \b
+    Exit status: 0 when the outputs were written (whatever they found); 2
+    when FOLDER cannot be read.
+    """
+    from autograder.grade import similarity as sim
+    from autograder.report.model import safe_line
+
+    from autograder.grade.batch import discover
+
+    with click.progressbar(length=len(discover(folder)), label="reading", file=sys.stderr) as bar:
+        try:
+            result = sim.compare(folder, boilerplate=list(templates or (sim.TEMPLATE,)) + list(more),
+                                 max_share=max_share, top=top, min_similarity=min_similarity / 100,
+                                 max_unzipped=max_unzipped, progress=lambda done, total: bar.update(1))
+        except OSError as exc:
+            click.echo(f"error: {folder} cannot be read: {safe_line(exc)}", err=True)
+            sys.exit(EXIT_CANNOT_RUN)
+    page, table = sim.write(result, output)
+    click.echo(sim.EVIDENCE, err=True)
+    if result.left_out:
+        click.echo(f"not compared ({len(result.left_out)}): " + ", ".join(safe_line(i) for i in result.left_out),
+                   err=True)
+    for rank, p in enumerate(result.pairs[:10], 1):
+        click.echo(f"{rank:>3}. {safe_line(p.a)} and {safe_line(p.b)}: {100 * p.similarity_a:.0f}% / "
+                   f"{100 * p.similarity_b:.0f}% ({', '.join(s.module for s in p.shared)})")
+    click.echo(f"{len(result.compared)} submissions compared, {len(result.pairs)} pairs listed in {page} and "
+               f"{table.name}")
+
+
 def _said_aside(refusal, output):
     """The line a refused merge adds where it moved an earlier merge out of OUTPUT (shards.set_aside)."""
     moved = getattr(refusal, "set_aside", None)

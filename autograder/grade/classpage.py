@@ -240,8 +240,7 @@ def read_class(out: Path) -> ClassSummary:
                 continue  # a module not started: counted above
             for line in cause(e.message).splitlines():
                 if line.startswith(LIKELY):
-                    text = line[len(LIKELY):].strip()
-                    text = text[:-1] if text.endswith(".") and not text.endswith("..") else text
+                    text = line[len(LIKELY):].strip().removesuffix(".")
                     for module in dict.fromkeys(t.module for t in e.tests):
                         mine.setdefault(text, [])
                         if module not in mine[text]:
@@ -360,7 +359,8 @@ def _drawn(picture: str) -> str:
 # -- class.html --------------------------------------------------------------------------------------------
 _PAGE_STYLE = _STYLE + """
 .charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(16rem,1fr));gap:1rem}
-.checks td,.checks th{padding:.25rem .4rem}.checks td.n,.checks th.n{text-align:right;white-space:nowrap}
+.checks{font-size:.9rem}.checks td,.checks th{padding:.25rem .35rem}.checks .n{text-align:right}
+.checks th.n{overflow-wrap:normal;hyphens:auto}
 .ids{font-size:.9rem;color:#444}details.ids summary{font-weight:400}td details summary{font-weight:400}
 .sub{color:#555}ol.ranked li{margin:.6rem 0}"""
 
