@@ -593,11 +593,17 @@ def similarity(folder, output, templates, more, max_share, top, min_similarity, 
     if result.left_out:
         click.echo(f"not compared ({len(result.left_out)}): " + ", ".join(safe_line(i) for i in result.left_out),
                    err=True)
+    if result.mostly_common:
+        click.echo(f"note: {len(result.mostly_common)} submission(s) are mostly code that more than {max_share} "
+                   "submissions share (left out as common code: a solution that went round would not show); "
+                   f"--max-share {max(len(result.compared), max_share + 1)} shows every group: "
+                   + ", ".join(safe_line(i) for i, _ in result.mostly_common[:20])
+                   + (" ..." if len(result.mostly_common) > 20 else ""), err=True)
     for rank, p in enumerate(result.pairs[:10], 1):
         click.echo(f"{rank:>3}. {safe_line(p.a)} and {safe_line(p.b)}: {100 * p.similarity_a:.0f}% / "
                    f"{100 * p.similarity_b:.0f}% ({', '.join(s.module for s in p.shared)})")
-    click.echo(f"{len(result.compared)} submissions compared, {len(result.pairs)} pairs listed in {page} and "
-               f"{table.name}")
+    listed = f"{len(result.pairs)} pair{'s' if len(result.pairs) != 1 else ''}"
+    click.echo(f"{len(result.compared)} submissions compared, {listed} listed in {page} and {table.name}")
 
 
 def _said_aside(refusal, output):

@@ -74,7 +74,9 @@ def test_the_renamed_copy_handed_in_as_notebooks_ranks_first(classroom):
     first = pairs[0]
     assert {first.a, first.b} == {"alice", HOSTILE}, f"expected alice and her renamed copy first, got {pairs}"
     assert min(first.similarity_a, first.similarity_b) >= 0.9, f"expected a whole copy found as one, got {first}"
-    assert [s.module for s in first.shared] == list(NOTEBOOKS), first.shared
+    # masks.py's own code is one line beside the template's: shorter than a shared run is sure to be found
+    shared = [s.module for s in first.shared]
+    assert {"attention", "heads", "mha", "positional"} <= set(shared), f"expected the four larger modules: {shared}"
 
 
 def test_no_pair_that_shares_only_the_template_is_listed(classroom):
@@ -127,3 +129,16 @@ def test_a_planted_copy_among_generated_submissions_ranks_first(tmp_path):
     result = similarity.compare(tmp_path / "class")
     assert result.pairs and {result.pairs[0].a, result.pairs[0].b} == {ids[3], ids[21]}, result.pairs[:3]
     assert all(p.score < 0.5 for p in result.pairs[1:]), f"expected no other pair alike: {result.pairs[1:]}"
+
+
+def test_a_solution_shared_by_more_than_max_share_is_said_and_shown_with_a_larger_max_share(tmp_path):
+    """MOSS's trade-off, made visible: code that more than --max-share submissions hold is common code, so a
+    solution that went round twelve students lists no pair; the result names them as mostly common code, and
+    with --max-share above the group every pair of it is listed."""
+    folder = tmp_path / "class"
+    for k in range(12):
+        shutil.copytree(SOLUTIONS, folder / f"s{k:02d}", ignore=shutil.ignore_patterns("__init__.py", "__pycache__"))
+    default = similarity.compare(folder)
+    assert default.pairs == [] and sorted(i for i, _ in default.mostly_common) == sorted(default.compared), default
+    wider = similarity.compare(folder, max_share=12, top=100)
+    assert len(wider.pairs) == 12 * 11 // 2 and all(p.score > 0.99 for p in wider.pairs), len(wider.pairs)

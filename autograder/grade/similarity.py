@@ -60,6 +60,7 @@ TOP = 50  # pairs reported, at most
 MIN_SIMILARITY = 0.1  # a pair is reported when the mean of its two similarities is at least this
 MIN_SHARED = 2 * GUARANTEE  # filtered characters two submissions must share to be reported at all
 MIN_FINGERPRINTS = 2  # fingerprints a pair must share to be compared in full (MIN_SHARED characters hold more)
+MIN_MOSTLY_COMMON = 20  # fingerprints of its own a submission needs before "mostly common code" is said of it
 CONTEXT = 2  # lines shown around each shared region
 TEMPLATE = KIT / "student_template"
 
@@ -154,17 +155,30 @@ class Fingerprints:
 
     def __init__(self, boilerplate: list[str]):
         import numpy as np
-        from copydetect.utils import filter_code, get_token_coverage, hashed_kgrams, winnow
+        from copydetect.utils import filter_code, get_token_coverage, winnow
 
         _detector()  # copydetect, imported with the Agg backend
-        self.np, self.filter, self.kgrams, self.winnow, self.coverage = (np, filter_code, hashed_kgrams, winnow,
-                                                                         get_token_coverage)
+        self.np, self.filter, self.winnow, self.coverage = np, filter_code, winnow, get_token_coverage
         from copydetect import compare_files
 
         self.compare = compare_files
         found = [self.kgrams(self.filter(code, "module.py", "python")[0], NOISE) for code in boilerplate]
         self.boilerplate = np.unique(np.concatenate(found)) if found else np.array([], dtype=np.int64)
         self.common = np.array([], dtype=np.int64)
+
+    def kgrams(self, filtered: str, k: int):
+        """The hash of the k characters starting at each character of `filtered`, as copydetect's hashed_kgrams
+        gives them, but the same in every process: copydetect hashes with Python's hash(), which is seeded afresh
+        in each process, so which fingerprints winnowing keeps, and so a short shared region found or not, would
+        change from one run to the next. Here a polynomial hash of the characters' code points, mod 2^64."""
+        np = self.np
+        codes = np.frombuffer(filtered.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+        if len(codes) < k:
+            return np.array([], dtype=np.int64)
+        powers = np.uint64(0x100000001B3) ** np.arange(k - 1, -1, -1, dtype=np.uint64)  # FNV's prime, mod 2^64
+        windows = np.lib.stride_tricks.sliding_window_view(codes, k)
+        with np.errstate(over="ignore"):
+            return (windows * powers).sum(axis=1, dtype=np.uint64).view(np.int64)
 
     def filtered(self, code: str) -> tuple[str, object]:
         """copydetect's filtered code (Pygments' tokens, names as one letter, no comments nor whitespace) and the
@@ -229,6 +243,7 @@ class Result:
     candidates: int  # pairs compared in full
     min_similarity: float = MIN_SIMILARITY
     timings: dict = field(default_factory=dict)
+    mostly_common: list = field(default_factory=list)  # (id, share): submissions most of whose code is common code
 
 
 def _slices(array) -> list:
@@ -272,7 +287,8 @@ def compare(folder: Path, *, boilerplate=(TEMPLATE,), max_share: int = COMMON, t
 
     clock = time.monotonic()
     n = len(ids)
-    codes, common, kept = [], [], np.zeros(n, dtype=np.int64)  # kept: each submission's fingerprints not common
+    codes, common = [], []
+    kept, every = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)  # each one's fingerprints: not common, all
     for module, docs in index.items():
         if not docs:
             continue
@@ -284,6 +300,7 @@ def compare(folder: Path, *, boilerplate=(TEMPLATE,), max_share: int = COMMON, t
         sizes = np.diff(np.r_[starts, len(hashes)])
         common.append(hashes[starts[sizes > max_share]])
         kept += np.bincount(owners[np.repeat(sizes, sizes) <= max_share], minlength=n)
+        every += np.bincount(owners, minlength=n)
         for size in range(2, max_share + 1):  # every pair of a group's owners, one array per group size
             members = owners[starts[sizes == size][:, None] + np.arange(size)]
             first, second = np.triu_indices(size, 1)
@@ -373,7 +390,9 @@ def compare(folder: Path, *, boilerplate=(TEMPLATE,), max_share: int = COMMON, t
             _, _, (slices_a, slices_b) = prints.compare(in_source(p.a, s.module), in_source(p.b, s.module))
             s.slices_a, s.slices_b = _slices(slices_a), _slices(slices_b)
     timings["shared regions"] = time.monotonic() - clock
-    return Result(pairs, ids, left_out, sources, max_share, len(chosen), min_similarity, timings)
+    mostly = [(ids[k], 1 - kept[k] / every[k]) for k in range(n)
+              if every[k] >= MIN_MOSTLY_COMMON and kept[k] < every[k] / 2]
+    return Result(pairs, ids, left_out, sources, max_share, len(chosen), min_similarity, timings, mostly)
 
 
 # -- the outputs -----------------------------------------------------------------------------------------------
@@ -465,6 +484,14 @@ def to_html(result: Result) -> str:
              "names were changed is still found). Listed: the pairs whose mean of the two is "
              f"{_percent(result.min_similarity)} or more, most alike first. Made with copydetect (winnowing, as "
              "MOSS does).</p>"]
+    if result.mostly_common:
+        parts.append(f"<p class='bad'>{len(result.mostly_common)} submission{'s are' if len(result.mostly_common) != 1 else ' is'} "
+                     f"mostly code that more than {result.max_share} submissions share, which is left out as common "
+                     "code: a solution that went round would not show here. Run the command again with --max-share "
+                     "above the size of such a group (the class size shows every group).</p><details><summary>"
+                     "Mostly common code</summary><ul>"
+                     + "".join(f"<li>{_e(i)}: {_percent(share)} of its fingerprints</li>"
+                               for i, share in result.mostly_common) + "</ul></details>")
     if result.left_out:
         parts.append(f"<details><summary>Not compared ({len(result.left_out)})</summary><ul>"
                      + "".join(f"<li>{_e(i)}: {_e(why)}</li>" for i, why in result.left_out.items())
