@@ -9,7 +9,6 @@ and fits a phone's width. No grading: submissions are only read, through the kit
 from __future__ import annotations
 
 import csv
-import io
 import random
 import shutil
 from pathlib import Path
@@ -82,7 +81,7 @@ def test_the_renamed_copy_handed_in_as_notebooks_ranks_first(classroom):
 def test_no_pair_that_shares_only_the_template_is_listed(classroom):
     template_only = {"dave", "erin", "frank"}
     listed = [(p.a, p.b) for p in classroom["result"].pairs if {p.a, p.b} & template_only]
-    assert listed == [], f"expected no pair with dave, erin or frank (the template, and work of their own), got {listed}"
+    assert listed == [], f"expected no pair with dave, erin or frank (the template, and their own work), got {listed}"
     assert template_only <= set(classroom["result"].compared), "expected them read and compared, not left out"
 
 

@@ -57,7 +57,7 @@ from autograder.submission import intake
 GRADEBOOK = "gradebook.csv"
 LOCK = ".grade-all.lock"  # in OUT: held (an fcntl lock) by the grade-all that writes OUT, for as long as it runs
 MANIFEST = "shard.json"  # a shard's record of what it was assigned and what graded it (autograder.grade.shards)
-CLASS_PAGE, CLASS_CSV = "class.html", "class.csv"  # the class at a glance, from the reports (autograder.grade.classpage)
+CLASS_PAGE, CLASS_CSV = "class.html", "class.csv"  # the class at a glance, from the reports (grade/classpage.py)
 GRADER_FAILURE = "the grader could not run student code: "  # how the error of such a row begins
 DONE = ("graded", "empty")  # rows a second run keeps while their fingerprint holds; the others are graded again
 COLUMNS = ["id", "total", *MODULES, "status", "isolation", "grading_time_s", "error", "fingerprint"]

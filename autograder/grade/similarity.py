@@ -358,7 +358,8 @@ def compare(folder: Path, *, boilerplate=(TEMPLATE,), max_share: int = COMMON, t
             continue
         cov_a, cov_b = coverage(a), coverage(b)
         pair = Pair(ids[a], ids[b], min(1.0, chars_a / cov_a) if cov_a else 0.0,
-                    min(1.0, chars_b / cov_b) if cov_b else 0.0, int(round(chars_a)), [Shared(m, [], []) for m in modules])
+                    min(1.0, chars_b / cov_b) if cov_b else 0.0, int(round(chars_a)),
+                    [Shared(m, [], []) for m in modules])
         if pair.score >= min_similarity:
             pairs.append(pair)
     pairs.sort(key=lambda p: (-p.score, -p.shared_chars, p.a, p.b))
@@ -485,7 +486,8 @@ def to_html(result: Result) -> str:
              f"{_percent(result.min_similarity)} or more, most alike first. Made with copydetect (winnowing, as "
              "MOSS does).</p>"]
     if result.mostly_common:
-        parts.append(f"<p class='bad'>{len(result.mostly_common)} submission{'s are' if len(result.mostly_common) != 1 else ' is'} "
+        many = len(result.mostly_common) != 1
+        parts.append(f"<p class='bad'>{len(result.mostly_common)} submission{'s are' if many else ' is'} "
                      f"mostly code that more than {result.max_share} submissions share, which is left out as common "
                      "code: a solution that went round would not show here. Run the command again with --max-share "
                      "above the size of such a group (the class size shows every group).</p><details><summary>"
