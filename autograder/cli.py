@@ -210,7 +210,7 @@ def grade(path, fmt, output, min_score, call_timeout, submission_timeout, timeou
          and why) for a submission that cannot be read, "error" (no score,
          never 0) when the grader failed.
     """
-    from autograder.grade.engine import SubmissionError, submission_id
+    from autograder.submission.take import SubmissionError, submission_id
     from autograder.grade.engine import grade as grade_submission
     from autograder.report.model import GradeReport, safe_line, safe_text
     from autograder.sandbox.errors import GraderUnavailable
@@ -282,7 +282,7 @@ def check(path):
     """
     import subprocess
 
-    from autograder.grade.engine import SubmissionError, prepared
+    from autograder.submission.take import SubmissionError, prepared
     from autograder.release import SELF_CHECK
     from autograder.report.model import safe_text
 
@@ -710,7 +710,7 @@ def bench(submission, device, plot_path, tokens, heads, d_model, batch, threads)
     with ExitStack() as stack:
         student = None
         if submission is not None:
-            from autograder.grade.engine import prepared
+            from autograder.submission.take import prepared
             from autograder.sandbox.client import Sandbox
 
             student = stack.enter_context(Sandbox(stack.enter_context(prepared(submission)), call_timeout=120))

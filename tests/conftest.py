@@ -93,17 +93,20 @@ def template_report():
     return grade(TEMPLATE)
 
 
-def _readable_python():
-    """(interpreter, None) that any uid can run, with this interpreter's packages, or (None, why not).
+def _readable_python(folder: Path):
+    """(interpreter, None) that any uid can run, with this interpreter's packages, made in `folder` (world-
+    readable), or (None, why not).
 
     Root never runs student code as root: below the namespaces level it drops to a uid of its own, which
     must read Python and torch. A venv made from /usr/bin/python3 whose site-packages reach this
-    interpreter's through a .pth file gives such a uid an interpreter (as on a CI runner or in Docker).
+    interpreter's through a .pth file gives such a uid an interpreter (as on a CI runner or in Docker). Where
+    that uid cannot read them (a clone inside a private folder: mktemp -d, a home of mode 0700), the venv gets
+    a readable mirror of them of its own instead (hard links where the files are readable and on the same
+    file system, copies elsewhere), so that the unprivileged tier runs wherever the kit is cloned.
     """
     import site
     import subprocess
     import sys
-    import tempfile
 
     base = Path("/usr/bin/python3")
     if not base.exists():
@@ -112,19 +115,50 @@ def _readable_python():
                              text=True).stdout.strip()
     if version != str(tuple(sys.version_info[:2])):
         return None, f"/usr/bin/python3 is {version}, the kit's venv {tuple(sys.version_info[:2])}"
-    folder = Path(tempfile.mkdtemp(prefix="mha-readable-python-"))
-    folder.chmod(0o755)
     subprocess.run([str(base), "-m", "venv", "--without-pip", str(folder / "venv")], check=True)
     packages = next((folder / "venv" / "lib").glob("python3*/site-packages"))
-    (packages / "kit.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     python = folder / "venv" / "bin" / "python"
-    check = [str(python), "-c", "import importlib.util as u; open(u.find_spec('torch').origin).close()"]
-    if os.geteuid() == 0:
-        check = as_uid(check)
-    proc = subprocess.run(check, capture_output=True, text=True)
-    if proc.returncode:
-        return None, f"uid {SPARE_UID} cannot read the kit's packages ({proc.stderr.strip()[-200:]})"
+
+    def readable():
+        check = [str(python), "-c", "import importlib.util as u; open(u.find_spec('torch').origin).close()"]
+        proc = subprocess.run(as_uid(check) if os.geteuid() == 0 else check, capture_output=True, text=True)
+        return proc.returncode == 0, proc.stderr.strip()[-200:]
+
+    (packages / "kit.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    ok, why = readable()
+    if not ok and os.geteuid() == 0:
+        (packages / "kit.pth").write_text("\n".join(str(_readable_mirror(Path(p), folder / f"packages-{i}"))
+                                                    for i, p in enumerate(site.getsitepackages())) + "\n")
+        ok, why = readable()
+    if not ok:
+        return None, f"uid {SPARE_UID} cannot read the kit's packages ({why})"
     return str(python), None
+
+
+def _readable_mirror(source: Path, mirror: Path) -> Path:
+    """`source`'s tree again at `mirror`, every folder 0755 and every file readable by any uid: a hard link to
+    a file that is readable already (same file system), else a copy of mode 0644 (0755 if executable)."""
+    for top, folders, files in os.walk(source):
+        here = mirror / Path(top).relative_to(source)
+        here.mkdir(mode=0o755, exist_ok=True)
+        here.chmod(0o755)
+        for name in [f for f in folders if os.path.islink(os.path.join(top, f))]:
+            os.symlink(os.readlink(os.path.join(top, name)), here / name)  # os.walk does not enter these
+        for name in files:
+            src, dst = os.path.join(top, name), here / name
+            if os.path.islink(src):
+                os.symlink(os.readlink(src), dst)
+                continue
+            mode = os.stat(src).st_mode
+            if mode & 0o004:
+                try:
+                    os.link(src, dst)
+                    continue
+                except OSError:
+                    pass  # another file system: a copy
+            shutil.copyfile(src, dst)
+            dst.chmod(0o755 if mode & 0o100 else 0o644)
+    return mirror
 
 
 SPARE_UID = 65534  # nobody: the unprivileged user the kit's tests grade as
@@ -165,11 +199,17 @@ def readable_copy(module, folder) -> Path:
 
 @pytest.fixture(scope="session")
 def readable_python():
-    """An interpreter with the kit's packages that an unprivileged uid can run (skips, saying why, if none)."""
-    python, why = _readable_python()
-    if python is None:
-        pytest.skip(why)
-    return python
+    """An interpreter with the kit's packages that an unprivileged uid can run (skips, saying why, if none),
+    removed at the end of the session."""
+    folder = Path(tempfile.mkdtemp(prefix="mha-readable-python-"))
+    folder.chmod(0o755)
+    try:
+        python, why = _readable_python(folder)
+        if python is None:
+            pytest.skip(why)
+        yield python
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -32,7 +32,11 @@ a correct neighbour: the run lists both, the neighbour keeps 100 with clean
 speed measurements.
 
 **Levels.** Every case is a test at every level (`[namespaces-<case>]`,
-`[landlock-<case>]`, `[none-<case>]`). Which levels the machine offers is
+`[landlock-<case>]`, `[none-<case>]`), except those the trusted side alone
+decides (the intake, the answers' frames, the report's text:
+TRUSTED_SIDE_KINDS), graded at the weakest level under test only, each with a
+test that shows why the level cannot change its outcome
+(`test_a_case_graded_at_one_level_reaches_nothing_a_level_confines`). Which levels the machine offers is
 found by probing (`autograder.sandbox.isolation.choose_isolation(level)`); a level it
 does not offer skips its tests, saying why. As root, student code below
 namespaces runs as a uid of its own, which must read Python and torch: those
@@ -99,7 +103,8 @@ import pytest
 
 import autograder
 from autograder.grade import batch as batch_module
-from autograder.grade.engine import SubmissionError, WarmServers, grade
+from autograder.grade.engine import WarmServers, grade
+from autograder.submission.take import SubmissionError, taken
 from autograder.report.formats import render
 from autograder.sandbox import client, isolation, limits as limits_module
 from autograder.sandbox.errors import GraderUnavailable
@@ -132,6 +137,31 @@ def _levels_under_test() -> tuple[str, ...]:
 
 
 LEVELS = _levels_under_test()
+
+#: The attacks that the trusted side alone decides, whatever confines the student process: the intake (before any
+#: student process starts: what it hands over, or its refusal), the answers' frames (autograder/sandbox/wire.py) and
+#: the reports (the grader's own text). Their cases are graded at one level, the weakest under test (ONE_LEVEL):
+#: the levels differ only in what student code reaches outside itself, and what these cases hand over reaches
+#: nothing (test_a_case_graded_at_one_level_reaches_nothing_a_level_confines shows it, case by case). A case of
+#: these kinds that does reach outside (a link the student code opens by name, an import of a folder the intake
+#: left out) stays at every level: LEVEL_BOUND.
+TRUSTED_SIDE_KINDS = {
+    "symlinks": "the intake: links are never followed", "zip-traversal": "the intake", "zip-bomb": "the intake",
+    "huge-file": "the intake", "intake-scale": "the intake", "notebook-bombs": "the intake's notebook reader",
+    "notebook-conversions": "the intake's notebook reader", "answer-bombs": "the answers' frames alone",
+    "forged-report": "the report's own text", "csv-formula": "the report's own text",
+}
+LEVEL_BOUND = {
+    "symlink-outside-shadow": "its code opens zz.py, a link the intake leaves out, by name",
+    "symlink-outside-proc-self": "its code opens zz.py and yy.py, links the intake leaves out, by name",
+    "symlinked-folder-to-kit": "its code imports lib.mha, from a linked folder the intake leaves out",
+}
+ONE_LEVEL = LEVELS[-1]
+
+
+def graded_at_one_level(case) -> bool:
+    """(Another student's or a class run's cases stay at every level: what they check is the boundary.)"""
+    return case.scenario == "single" and case.attack in TRUSTED_SIDE_KINDS and case.id not in LEVEL_BOUND
 
 #: Cases also graded on the cold route (a fresh grader process, a student process started from student_process.py,
 #: as `grader_cli.py grade` does), at every level: case id -> why the cold route differs for that attack.
@@ -640,12 +670,73 @@ def _case_params(cases):
     return params
 
 
-SINGLE = [c for c in ATTACKS if c.scenario == "single"]
+SINGLE = [c for c in ATTACKS if c.scenario == "single" and not graded_at_one_level(c)]
+SINGLE_ONE_LEVEL = [c for c in ATTACKS if graded_at_one_level(c)]
 
 
 @pytest.mark.parametrize("case, route", _case_params(SINGLE))
 @pytest.mark.parametrize("level", LEVELS, scope="module")
 def test_attack_earns_nothing_undeserved_and_leaks_nothing(level, case, route, at, tmp_path, server, marker, canary):
+    check_single(level, case, route, at, tmp_path, server, marker, canary)
+
+
+@pytest.mark.parametrize("case, route", _case_params(SINGLE_ONE_LEVEL))
+@pytest.mark.parametrize("level", [ONE_LEVEL], scope="module")
+def test_attack_decided_by_the_trusted_side_earns_nothing_undeserved(level, case, route, at, tmp_path, server,
+                                                                      marker, canary):
+    """The same checks, at one level: TRUSTED_SIDE_KINDS."""
+    check_single(level, case, route, at, tmp_path, server, marker, canary)
+
+
+#: What the code handed over by a case graded at one level may use: the process's own memory, nothing a level
+#: confines (files, the network, processes, the environment).
+SELF_CONTAINED_IMPORTS = {"math", "torch", "sys", "io", "struct", "zipfile"}
+REACHING_CALLS = {"open", "exec", "eval", "compile", "__import__", "breakpoint", "input", "getattr"}
+
+
+def reaches_outside(source: str) -> list[str]:
+    """What `source` uses beyond SELF_CONTAINED_IMPORTS, and the calls of REACHING_CALLS it makes ([]: none)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
+        return []  # it cannot run at all: the student process fails to compile it at every level
+    found = []
+    for node in ast.walk(tree):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or "."] if isinstance(node, ast.ImportFrom) else [])
+        found += [f"import {n}" for n in names if n.split(".")[0] not in SELF_CONTAINED_IMPORTS]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in REACHING_CALLS:
+            found.append(f"{node.func.id}()")
+    return sorted(set(found))
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in SINGLE_ONE_LEVEL])
+def test_a_case_graded_at_one_level_reaches_nothing_a_level_confines(case, tmp_path):
+    """Why ONE_LEVEL is enough for these cases. The levels differ only in what student code reaches outside
+    itself. The intake decides first, before any student process starts (it has no level to depend on): it
+    refuses the submission, or hands over a folder of regular files. The code in that folder uses nothing but
+    torch, math and bytes in memory, so it sends the same frames at every level, and the trusted side decides
+    on those frames alone."""
+    folder = materialize(case, tmp_path / case.id, SOLUTIONS, params={"port": 1, "marker": "m"})
+    reaching = {}
+    try:
+        with taken(folder) as got:
+            for path in sorted(got.folder.rglob("*")):
+                assert not path.is_symlink() and (path.is_dir() or path.is_file()), \
+                    f"expected the intake to hand over regular files and folders only, got {path.name}"
+                if path.suffix == ".py":
+                    reaching[path.name] = reaches_outside(path.read_text(encoding="utf-8", errors="replace"))
+    except SubmissionError as exc:
+        assert case.refused and case.refused in str(exc), f"expected the intake to take {case.id}, it refused: {exc}"
+        return
+    assert not case.refused, f"expected the intake to refuse {case.id} ({case.refused!r}), it took it"
+    reaching = {name: found for name, found in reaching.items() if found}
+    assert not reaching, (f"{case.id}: expected code that reaches nothing outside its process (imports among "
+                          f"{sorted(SELF_CONTAINED_IMPORTS)}, no call of {sorted(REACHING_CALLS)}), got {reaching}: "
+                          f"grade it at every level (LEVEL_BOUND)")
+
+
+def check_single(level, case, route, at, tmp_path, server, marker, canary):
     skip_unless_met(case, at)
     folder = materialize(case, tmp_path / case.id, SOLUTIONS, params=_params(case, server, marker))
     connections_before = len(server.connections)
@@ -824,27 +915,29 @@ def test_a_class_run_goes_on_and_no_neighbour_moves(level, case, at, tmp_path, s
 
 # -- the harness's own checks ---------------------------------------------------------------------------
 def test_every_corpus_case_is_graded_at_every_level(request):
-    """Nothing dropped: each case of attacks.toml (read again here) is a test at each level under test, on the
-    warm route, and each COLD case on the cold route too; and every level is under test unless
-    MHA_ATTACKS_ISOLATION narrows them."""
+    """Nothing dropped: each case of attacks.toml (read again here) is a test at each level under test (a case
+    that the trusted side alone decides, at ONE_LEVEL), on the warm route, and each COLD case on the cold route
+    too; and every level is under test unless MHA_ATTACKS_ISOLATION narrows them."""
     items = [i for i in request.node.parent.collect() if isinstance(i, pytest.Function)
              and i.originalname in ("test_attack_earns_nothing_undeserved_and_leaks_nothing",
+                                    "test_attack_decided_by_the_trusted_side_earns_nothing_undeserved",
                                     "test_another_students_code_stays_private",
                                     "test_a_class_run_goes_on_and_no_neighbour_moves")]
     graded = {}
     for item in items:
         params = item.callspec.params
         graded.setdefault((params["level"], params.get("route", "warm")), []).append(params["case"].id)
-    ids = [c.id for c in load_attacks()]
+    cases = load_attacks()
     problems = []
     for level in LEVELS:
+        ids = [c.id for c in cases if level == ONE_LEVEL or not graded_at_one_level(c)]
         for route, want in (("warm", ids), ("cold", [i for i in ids if i in COLD])):
             got = graded.get((level, route), [])
             if sorted(got) != sorted(want):
                 problems.append(f"at {level}, {route}: expected each of {len(want)} cases once; missing "
                                 f"{sorted(set(want) - set(got))}, extra or repeated "
                                 f"{sorted({i for i in got if i not in want or got.count(i) > 1})}")
-    unknown_cold = sorted(set(COLD) - set(ids))
+    unknown_cold = sorted(set(COLD) - {c.id for c in cases})
     if unknown_cold:
         problems.append(f"expected COLD to name corpus cases, it names {unknown_cold}")
     if "MHA_ATTACKS_ISOLATION" not in os.environ and LEVELS != autograder.LEVELS:

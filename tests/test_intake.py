@@ -26,7 +26,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from autograder.grade.engine import SubmissionError, grade, taken
+from autograder.grade.engine import grade
+from autograder.submission.take import SubmissionError, taken
 from autograder.report.model import GradeReport
 from autograder.sandbox.client import Sandbox
 from autograder.sandbox.errors import StudentError

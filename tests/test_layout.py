@@ -177,7 +177,7 @@ LAYERS = [
      {"autograder", "autograder.paths", "autograder.files", "autograder.scoring"}),
     ("the submission: what a student hands in, read without following a link, notebooks turned into modules",
      {"autograder.submission", "autograder.submission.intake", "autograder.submission.notebooks",
-      "autograder.submission.released"}),
+      "autograder.submission.released", "autograder.submission.take"}),
     ("the sandbox: the student process, its client, its limits and isolation, what stops or guards it from outside",
      {"autograder.sandbox", "autograder.sandbox.limits", "autograder.sandbox.errors", "autograder.sandbox.isolation",
       "autograder.sandbox.client", "autograder.sandbox.student_process", "autograder.sandbox.wire",

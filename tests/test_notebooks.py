@@ -525,7 +525,7 @@ def test_a_single_notebook_named_as_students_upload_it_is_graded_as_its_module(t
 
 
 def test_a_single_notebook_whose_name_stands_for_no_module_or_for_two_is_refused_saying_why(tmp_path):
-    from autograder.grade.engine import SubmissionError
+    from autograder.submission.take import SubmissionError
 
     for name, why in [("03_masks_old.ipynb", "a notebook is named after its module, e.g. 01_attention.ipynb, or "
                                              "ends with that name (bea_01_attention.ipynb, 01_attention (1).ipynb)"),

@@ -45,7 +45,8 @@ from pathlib import Path
 
 from autograder import MODULES, __version__
 from autograder.files import SHARED, remove_interrupted_writes, write_atomic
-from autograder.grade.engine import LazyServers, SubmissionError, grade, taken
+from autograder.grade.engine import LazyServers, grade
+from autograder.submission.take import SubmissionError, taken
 from autograder.paths import KIT
 from autograder.report.formats import render
 from autograder.report.model import GradeReport, csv_cell, csv_value, safe_line
@@ -165,7 +166,7 @@ def row_key(sub_id: str) -> str:
 
 def content_digest(path: Path, max_unzipped: int | None = None) -> str:
     """A hash of what a grading takes of the submission at `path`: the outcome of its intake, made by the
-    code a grading runs (autograder.grade.engine.taken), never a walk of the raw folder.
+    code a grading runs (autograder.submission.take.taken), never a walk of the raw folder.
 
     For a folder, a zip or a notebook, that outcome is: the names and bytes of the files the graders get (the
     .py files of the folder that intake picked, wherever it sits, a notebook converted to its module), the

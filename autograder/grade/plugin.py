@@ -51,7 +51,7 @@ def pytest_addoption(parser):
                     help="the class run this grading belongs to (autograder.sandbox.batchlock; default: "
                          "$MHA_BATCH_DIR)")
     group.addoption("--intake", default="{}", help="what the engine's intake left out, as JSON: {\"missing\": "
-                    "{module: why}, \"source\": the original submission} (autograder.grade.engine.taken)")
+                    "{module: why}, \"source\": the original submission} (autograder.submission.take.taken)")
 
 
 _TIMES = pytest.StashKey[dict]()

@@ -350,7 +350,7 @@ def find_module_dir(root_fd) -> tuple[str, ...]:
     return ()
 
 
-def take_folder(path) -> tuple[dict[str, bytes], dict[str, str]]:
+def take_folder(path, max_unzipped=MAX_UNZIPPED) -> tuple[dict[str, bytes], dict[str, str]]:
     """The .py files and notebooks of the folder submission `path`, from the folder that holds its modules
     (`find_module_dir`): as `take_files`, with names relative to `path`, one form of each module
     (`one_form`)."""
@@ -360,7 +360,7 @@ def take_folder(path) -> tuple[dict[str, bytes], dict[str, str]]:
         fd = open_path(root_fd, parts)
         try:
             prefix = "".join(f"{p}/" for p in parts)
-            files, notes = take_files(fd, prefix=prefix)
+            files, notes = take_files(fd, prefix=prefix, max_unzipped=max_unzipped)
         finally:
             if fd != root_fd:
                 os.close(fd)
@@ -370,12 +370,12 @@ def take_folder(path) -> tuple[dict[str, bytes], dict[str, str]]:
     return files, {**notes, **left_out}
 
 
-def take_files(folder_fd, prefix="") -> tuple[dict[str, bytes], dict[str, str]]:
+def take_files(folder_fd, prefix="", max_unzipped=MAX_UNZIPPED) -> tuple[dict[str, bytes], dict[str, str]]:
     """The .py files and notebooks of the open folder `folder_fd`: ({name: bytes}, {shown name: why not taken}).
 
     `prefix` is the folder's path in the submission, for the messages.
     Everything is read with `read_regular`; at most MAX_ENTRIES files and
-    MAX_UNZIPPED bytes in all are taken, the modules' own files first (a
+    `max_unzipped` bytes in all are taken, the modules' own files first (a
     crowd of helpers never pushes a module out); the files past MAX_ENTRIES
     are counted in one note. A folder (`01_attention.ipynb/` too) is not a
     file and is passed over; a link of any name is never followed and is
@@ -404,7 +404,7 @@ def take_files(folder_fd, prefix="") -> tuple[dict[str, bytes], dict[str, str]]:
             continue
         suffix = Path(entry.name).suffix.lower()
         try:
-            data = read_regular(entry.name, min(MAX_FILE[suffix], MAX_UNZIPPED - total), name, dir_fd=folder_fd)
+            data = read_regular(entry.name, min(MAX_FILE[suffix], max_unzipped - total), name, dir_fd=folder_fd)
         except Refused as exc:
             notes[name] = str(exc)
             continue
@@ -675,12 +675,12 @@ def _entry_parts(filename):
     return parts
 
 
-def unzip(path, dest) -> dict[str, str]:
+def unzip(path, dest, max_unzipped=MAX_UNZIPPED) -> dict[str, str]:
     """Unpack the .py files and notebooks of the submission zip `path` into the empty folder `dest`.
 
     Returns {entry name: why it was left out}. Raises SubmissionError when
     the zip cannot be read at all, holds more than MAX_ENTRIES entries, or
-    declares more than MAX_UNZIPPED bytes: a bomb is refused before a byte is
+    declares more than `max_unzipped` bytes: a bomb is refused before a byte is
     unpacked. Entries that would land outside `dest` (absolute, `..`), links,
     special files and files over their limit are left out and named; bytes
     are counted as they come out, so a header that lies about a size gains
@@ -707,14 +707,14 @@ def unzip(path, dest) -> dict[str, str]:
                 raise SubmissionError(f"the zip {label} holds {len(infos)} entries; a submission zip may hold at "
                                       f"most {MAX_ENTRIES}: zip only your modules")
             declared = sum(i.file_size for i in infos)
-            if declared > MAX_UNZIPPED:
+            if declared > max_unzipped:
                 raise SubmissionError(f"the zip {label} unpacks to {size_text(declared)}, over the "
-                                      f"{size_text(MAX_UNZIPPED)} limit of a submission: zip only your modules")
-            return _unpack(zf, infos, Path(dest))
+                                      f"{size_text(max_unzipped)} limit of a submission: zip only your modules")
+            return _unpack(zf, infos, Path(dest), max_unzipped)
 
 
-def _unpack(zf, infos, dest) -> dict[str, str]:
-    notes, budget, real_dest = {}, MAX_UNZIPPED, os.path.realpath(dest)
+def _unpack(zf, infos, dest, budget) -> dict[str, str]:
+    notes, real_dest = {}, os.path.realpath(dest)
     for info in infos:
         name = shown(info.filename)
         mode = info.external_attr >> 16
