@@ -4,7 +4,7 @@ Similarity is evidence for a person to judge, never a verdict: two students may 
 worked from the same lecture, the same tutorial or the same answer on a forum, or because one copied the
 other. The output ranks the pairs and shows the shared regions side by side, so that a person can look.
 
-How. Each submission is taken in exactly as grading takes it (autograder.grade.engine.taken: the kit's intake,
+How. Each submission is taken in exactly as grading takes it (autograder.submission.take.taken: the kit's intake,
 never following a link, with its caps; a notebook becomes its module: imports, functions, classes, constants),
 and each of its five modules is fingerprinted by copydetect (https://github.com/blingenf/copydetect, MIT):
 Pygments' tokens with every name made one letter (V for variables and attributes, F for functions, O for
@@ -44,7 +44,7 @@ from pathlib import Path
 from autograder import MODULES
 from autograder.files import SHARED, write_atomic
 from autograder.grade import batch
-from autograder.grade.engine import SubmissionError, taken
+from autograder.submission.take import SubmissionError, taken
 from autograder.paths import KIT
 from autograder.report.html import _STYLE, _e
 from autograder.report.model import csv_cell, safe_line
@@ -80,8 +80,8 @@ def _detector():
 
 # -- reading submissions, as grading reads them ---------------------------------------------------------------
 def _modules_of(folder: Path) -> dict[str, str]:
-    """{module: its source, at most MAX_CHARS characters} of a folder that intake made (autograder.grade.engine.
-    taken): the five modules, each read as intake reads a file (a regular file, never through a link)."""
+    """{module: its source, at most MAX_CHARS characters} of a folder that intake made (autograder.submission.
+    take.taken): the five modules, each read as intake reads a file (a regular file, never through a link)."""
     found = {}
     for module in MODULES:
         try:
