@@ -227,14 +227,14 @@ def read_class(out: Path) -> ClassSummary:
             module_max[module] = max(module_max.get(module, 0.0), round(total, 2))
         skipped_modules = set()
         for module in dict.fromkeys(t.module for t in tests):
-            mine = [t for t in tests if t.module == module and t.status != "skipped"]
-            if mine and all(t.status == "failed" and t.message == NOT_HANDED_IN for t in mine):
+            ran = [t for t in tests if t.module == module and t.status != "skipped"]
+            if ran and all(t.status == "failed" and t.message == NOT_HANDED_IN for t in ran):
                 not_handed_in.setdefault(module, []).append(sub_id)
                 skipped_modules.add(module)
         for module in not_started(tests):
             not_started_.setdefault(module, []).append(sub_id)
         failed = [t for t in tests if t.status == "failed" and t.module not in skipped_modules]
-        mine: dict[str, list] = {}
+        mine: dict[str, list] = {}  # this student's diagnoses -> the modules whose checks named them
         for e in entries(failed, tests):
             if e.module:
                 continue  # a module not started: counted above
