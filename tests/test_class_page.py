@@ -75,12 +75,14 @@ def section(out: Path, name: str) -> list[dict]:
 
 
 # -- what grade-all writes ---------------------------------------------------------------------------------
+@pytest.mark.grading  # the class is graded by a real grade-all (the `graded` fixture)
 def test_grade_all_ends_with_the_class_page_and_says_where(graded):
     out = graded["out"]
     assert f"Class page: {out / 'class.html'}" in graded["output"], graded["output"]
     assert (out / "class.html").is_file() and (out / "class.csv").is_file()
 
 
+@pytest.mark.grading  # the class is graded by a real grade-all (the `graded` fixture)
 def test_the_diagnoses_are_counted_once_per_student_with_exactly_their_ids(graded):
     expected = {}
     for sub_id, case in sorted(PLANTED.items(), key=lambda item: shown(item[0])):
@@ -92,17 +94,20 @@ def test_the_diagnoses_are_counted_once_per_student_with_exactly_their_ids(grade
     assert counts == {line: len(who) for line, who in expected.items()}, counts
 
 
+@pytest.mark.grading  # the class is graded by a real grade-all (the `graded` fixture)
 def test_the_diagnoses_are_ranked_by_how_many_students_got_each(graded):
     counts = [int(r["count"]) for r in section(graded["out"], "diagnosis")]
     assert counts == sorted(counts, reverse=True) and counts[0] == 2, f"expected 2 first, then fewer: {counts}"
 
 
+@pytest.mark.grading  # the class is graded by a real grade-all (the `graded` fixture)
 def test_the_statuses_give_their_ids(graded):
     got = {r["item"]: ids(r) for r in section(graded["out"], "status")}
     assert got == {"graded": sorted(shown(i) for i in [*PLANTED, "ben"]), "empty": ["eve", "zed.zip"],
                    "timeout": [], "error": []}, got
 
 
+@pytest.mark.grading  # the class is graded by a real grade-all (the `graded` fixture)
 def test_a_hostile_id_is_text_in_the_csv_and_markup_nowhere_on_the_page(graded):
     (first,) = [r for r in section(graded["out"], "status") if r["item"] == "graded"]
     assert first["ids"].startswith("'=HYPERLINK"), f"expected the formula made text, got {first['ids']!r}"
@@ -111,6 +116,7 @@ def test_a_hostile_id_is_text_in_the_csv_and_markup_nowhere_on_the_page(graded):
     assert "tab\\there" in page and "tab\there" not in page, "expected the tab escaped as the gradebook shows it"
 
 
+@pytest.mark.grading  # the class is graded by a real grade-all (the `graded` fixture)
 def test_every_check_adds_up_to_the_class(graded):
     by_check = {}
     for r in section(graded["out"], "check"):
@@ -121,6 +127,7 @@ def test_every_check_adds_up_to_the_class(graded):
     assert not wrong, f"expected each check's four outcomes to add up to the 7 submissions, got {wrong}"
 
 
+@pytest.mark.grading  # the class is graded by a real grade-all (the `graded` fixture)
 def test_a_failed_check_and_a_noted_one_name_their_students(graded):
     outcome = {(r["item"], r["outcome"]): ids(r) for r in section(graded["out"], "check")}
     diagonal = "True where key j <= query i: the lower triangle, diagonal included"
@@ -129,6 +136,7 @@ def test_a_failed_check_and_a_noted_one_name_their_students(graded):
     assert outcome[(NOTED_CHECK, "not graded")] == ["eve", "zed.zip"], "expected the empty submissions not graded"
 
 
+@pytest.mark.grading  # the class is graded by a real grade-all (the `graded` fixture)
 def test_the_distribution_of_totals_puts_each_graded_submission_in_one_bin(graded):
     book = batch.read_gradebook(graded["out"])
     bins = section(graded["out"], "distribution")
@@ -140,6 +148,7 @@ def test_the_distribution_of_totals_puts_each_graded_submission_in_one_bin(grade
     assert "ben" in ids(top) and book["ben"].total == 100
 
 
+@pytest.mark.grading  # the class is graded by a real grade-all (the `graded` fixture)
 def test_what_graded_them_is_the_kit_that_ran(graded):
     (made,) = section(graded["out"], "graded by")
     assert made["item"].startswith(f"kit {__version__}, graders_sha256 {batch.kit_digest()}, torch "), made["item"]
@@ -147,6 +156,7 @@ def test_what_graded_them_is_the_kit_that_ran(graded):
 
 
 # -- the same page from a merge, and again from summary ------------------------------------------------------
+@pytest.mark.grading  # the class is graded by a real grade-all (the `graded` fixture)
 def test_a_merge_of_the_same_rows_as_two_shards_writes_the_same_page(graded, tmp_path):
     """The rows and folders of the single run, split as `grade-all --shard K/2` would have graded them (each
     shard's manifest from the same class folder, so the same fingerprints), then merged by the CLI."""
@@ -172,6 +182,7 @@ def test_a_merge_of_the_same_rows_as_two_shards_writes_the_same_page(graded, tmp
         assert merged == single, f"expected the merged {name} to be the single run's"
 
 
+@pytest.mark.grading  # the class is graded by a real grade-all (the `graded` fixture)
 def test_summary_writes_the_page_again_and_refuses_a_folder_without_a_gradebook(graded, tmp_path):
     copy = tmp_path / "out"
     shutil.copytree(graded["out"], copy, ignore=shutil.ignore_patterns("class.*", batch.LOCK))
@@ -191,6 +202,7 @@ def page(graded, tmp_path_factory):
     return path
 
 
+@pytest.mark.grading  # the class is graded by a real grade-all (the `graded` fixture)
 @pytest.mark.parametrize("width", [PHONE, DESKTOP])
 def test_the_class_page_fits_the_window_with_every_histogram_shown(browser, page, width):  # noqa: F811
     measured = measure(browser, page, width)
