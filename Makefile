@@ -36,7 +36,7 @@ TESTFLAGS ?= -n auto --maxprocesses=4 --dist worksteal
 .PHONY: setup demo test test-fast release check-template bench lock clean help
 
 help:
-	@echo "make demo    set up, then grade the reference solution and the example submissions"
+	@echo "make demo    set up, then grade the reference solution and the example submissions, one by one and as a class"
 	@echo "make test    set up, then run the kit's whole test suite"
 	@echo "make test-fast  the tests that start no grading and no student process (under a minute)"
 	@echo "make release regenerate student_template/ from solutions/"
@@ -97,11 +97,21 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
+# The demo ends with the class page of the same submissions, graded as a class (grade-all) in build/ (ignored by git)
+DEMO_CLASS  := build/demo-class
+DEMO_GRADED := build/demo-graded
+
 demo: setup
 	@for sub in solutions examples/*/; do \
 		echo; echo "================ $$sub"; \
 		$(PY) grader_cli.py grade $$sub || exit $$?; \
 	done
+	@rm -rf $(DEMO_CLASS) $(DEMO_GRADED) && mkdir -p $(DEMO_CLASS)
+	@cp -R solutions $(DEMO_CLASS)/reference && rm -rf $(DEMO_CLASS)/reference/__pycache__
+	@for sub in examples/*/; do sub=$${sub%/}; cp -R $$sub $(DEMO_CLASS)/$${sub##*/}; done
+	@echo; echo "================ the class: $(DEMO_CLASS) (the reference and examples/*), graded together"
+	@$(PY) grader_cli.py grade-all $(DEMO_CLASS) --output $(DEMO_GRADED)
+	@echo; echo "Open $(DEMO_GRADED)/class.html in a browser: the class at a glance (docs/class-overview.md)"
 
 test: setup
 	$(PY) -m pytest $(TESTFLAGS)

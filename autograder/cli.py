@@ -418,6 +418,7 @@ def _grade_all(folder, output, jobs, force, shard, timeout, options):
     rate = f", {60 * todo / elapsed:.1f} per minute" if todo and elapsed > 0 else ""
     of_shard = f"; shard {shard[0]}/{shard[1]}" if shard else ""
     click.echo(f"{len(rows)} rows in {output / batch.GRADEBOOK} ({elapsed:.0f} s{rate}{of_shard})")
+    _class_page(output)
     failures = batch.grader_failures(rows)
     if failures:
         click.echo(f"{len(failures)} submission(s) could not be graded because the grader could not run student "
@@ -483,11 +484,126 @@ def merge(shard_outputs, output):
     for line in batch.status_lines(merged.rows):
         click.echo(line, err=True)
     click.echo(f"{len(merged.rows)} rows in {output / batch.GRADEBOOK} (merged from {merged.shards} shards)")
+    _class_page(output)
     failures = batch.grader_failures(merged.rows)
     if failures:
         click.echo(f"{len(failures)} submission(s) could not be graded because the grader could not run student "
                    "code (status error, no score); run their shards again once the cause is fixed, then merge",
                    err=True)
+
+
+def _class_page(output) -> bool:
+    """Write OUT/class.html and OUT/class.csv from OUT's reports (autograder.grade.classpage) and say where; a
+    page that cannot be written is a warning, never a failed run (the gradebook and the reports are written)."""
+    from autograder.grade import classpage
+    from autograder.report.model import safe_line
+
+    try:
+        page, table = classpage.write(output)
+    except Exception as exc:
+        click.echo(f"warning: the class page could not be written: {type(exc).__name__}: {safe_line(exc)}", err=True)
+        return False
+    click.echo(f"Class page: {page} (every figure with its ids: {table.name})")
+    return True
+
+
+@cli.command(short_help="Write the class page of a grade-all or merge output.")
+@click.argument("out", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def summary(out):
+    """Write OUT/class.html and OUT/class.csv for the output OUT of grade-all
+    (a whole class or one shard) or of merge, from its gradebook and reports
+    alone: grade-all and merge write them at their end; this makes them again
+    (after a grade-all that was interrupted, or for an output written before
+    the kit made them).
+
+    \b
+    The page, readable on a phone: histograms of the totals and of each
+    module's figure; for every check, how many submissions passed it, passed
+    it with a note, failed it or were not graded on it; the likely bugs the
+    graders recognised, ranked by how many students got each, with their ids;
+    the submissions that were not graded (empty, timeout, error) and why;
+    what graded them. class.csv holds every figure with the ids it counts.
+
+    \b
+    Exit status: 0 when both were written; 2 when OUT holds no gradebook.csv
+    or they cannot be written there.
+    """
+    from autograder.grade import batch
+
+    if not (out / batch.GRADEBOOK).is_file():
+        click.echo(f"error: {out} holds no {batch.GRADEBOOK}: give the output folder of grade-all or merge", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
+    if not _class_page(out):
+        sys.exit(EXIT_CANNOT_RUN)
+
+
+@cli.command(short_help="Pairs of submissions whose code is unusually alike.")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--output", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for similarity.html (the pairs ranked, their shared code side by side) and similarity.csv.")
+@click.option("--template", "templates", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Code given to every student, left out of every comparison (repeatable) [default: the kit's "
+                   "student_template/, its .py stubs and its released notebooks].")
+@click.option("--boilerplate", "more", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="More code given to every student (a lecture's, a tutorial's), left out as the template is "
+                   "(repeatable; added to --template's).")
+@click.option("--max-share", type=click.IntRange(2), default=10, show_default=True,
+              help="Code found in more submissions than this is common code (what many write alike), not evidence "
+                   "about two of them; MOSS's -m.")
+@click.option("--top", type=click.IntRange(1), default=50, show_default=True, help="Pairs listed, at most.")
+@click.option("--min-similarity", type=click.FloatRange(0, 100), default=10, show_default=True,
+              help="List a pair when the mean of its two similarities (percent) is at least this.")
+@intake_options
+def similarity(folder, output, templates, more, max_share, top, min_similarity, max_unzipped):
+    """Rank the pairs of submissions in FOLDER (a class, as grade-all reads
+    it) whose code is unusually alike, and show their shared code side by
+    side: OUTPUT/similarity.html and OUTPUT/similarity.csv.
+
+    Similarity is evidence for a person to judge, not a verdict: students
+    may write alike because they followed the same lecture or tutorial, or
+    because one copied the other.
+
+    Each submission is read as grading reads it (never following a link; a
+    notebook becomes its module), and each module is compared with the same
+    module of every other submission by copydetect's fingerprints
+    (winnowing, as MOSS does; names and comments do not count, so renamed
+    copies are found). The code given to every student (the template and
+    its notebooks) and code that more than --max-share submissions share are
+    left out.
+
+    \b
+    Exit status: 0 when the outputs were written (whatever they found); 2
+    when FOLDER cannot be read.
+    """
+    from autograder.grade import similarity as sim
+    from autograder.report.model import safe_line
+
+    from autograder.grade.batch import discover
+
+    with click.progressbar(length=len(discover(folder)), label="reading", file=sys.stderr) as bar:
+        try:
+            result = sim.compare(folder, boilerplate=list(templates or (sim.TEMPLATE,)) + list(more),
+                                 max_share=max_share, top=top, min_similarity=min_similarity / 100,
+                                 max_unzipped=max_unzipped, progress=lambda done, total: bar.update(1))
+        except OSError as exc:
+            click.echo(f"error: {folder} cannot be read: {safe_line(exc)}", err=True)
+            sys.exit(EXIT_CANNOT_RUN)
+    page, table = sim.write(result, output)
+    click.echo(sim.EVIDENCE, err=True)
+    if result.left_out:
+        click.echo(f"not compared ({len(result.left_out)}): " + ", ".join(safe_line(i) for i in result.left_out),
+                   err=True)
+    if result.mostly_common:
+        click.echo(f"note: {len(result.mostly_common)} submission(s) are mostly code that more than {max_share} "
+                   "submissions share (left out as common code: a solution that went round would not show); "
+                   f"--max-share {max(len(result.compared), max_share + 1)} shows every group: "
+                   + ", ".join(safe_line(i) for i, _ in result.mostly_common[:20])
+                   + (" ..." if len(result.mostly_common) > 20 else ""), err=True)
+    for rank, p in enumerate(result.pairs[:10], 1):
+        click.echo(f"{rank:>3}. {safe_line(p.a)} and {safe_line(p.b)}: {100 * p.similarity_a:.0f}% / "
+                   f"{100 * p.similarity_b:.0f}% ({', '.join(s.module for s in p.shared)})")
+    listed = f"{len(result.pairs)} pair{'s' if len(result.pairs) != 1 else ''}"
+    click.echo(f"{len(result.compared)} submissions compared, {listed} listed in {page} and {table.name}")
 
 
 def _said_aside(refusal, output):

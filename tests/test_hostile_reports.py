@@ -443,3 +443,10 @@ def test_grade_all_neutralises_hostile_submission_names(tmp_path):
             text = (out / sub / name).read_text(encoding="utf-8")
             assert not raw_controls(text, allowed="\n\t"), (sub, name, raw_controls(text, allowed="\n\t"))
     assert (out / formula / "feedback.md").read_text().startswith("# Feedback: \\=HYPERLINK\\(")
+    # the class page (issue 38): no raw escape in it, and no cell of class.csv that a spreadsheet evaluates
+    page = (out / batch.CLASS_PAGE).read_text(encoding="utf-8")
+    assert not raw_controls(page, allowed="\n") and "=HYPERLINK(&quot;evil.example&quot;" in page
+    with open(out / batch.CLASS_CSV, newline="", encoding="utf-8") as fh:
+        summary = list(csv.reader(fh))
+    for cell in (cell for record in summary for cell in record):
+        assert not cell.startswith(TRIGGERS) and not raw_controls(cell, allowed="\n"), cell

@@ -155,7 +155,8 @@ def test_shards_merge_into_one_gradebook_laid_out_as_a_single_run(tmp_path):
     assert gradebook_lines(merged) == gradebook_lines(single)
     assert gradebook_lines(merged)[0] == ",".join(batch.COLUMNS)
     folders = sorted(p.name for p in merged.iterdir())
-    assert folders == sorted([batch.output_folder(merged, i).name for i in IDS] + ["gradebook.csv"])
+    assert folders == sorted([batch.output_folder(merged, i).name for i in IDS] + ["gradebook.csv", "class.html",
+                                                                                    "class.csv"])
     assert "gradebook.csv~" in folders and "shard.json~" in folders and "new\nline" in folders
     assert not (merged / "shard.json").exists()
     for sub_id in IDS:
@@ -185,7 +186,7 @@ def test_a_shard_or_merge_run_again_after_a_kill_leaves_nothing_of_the_killed_wr
     result = run("merge", *outs, "-o", merged)
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in merged.iterdir()) == sorted(
-        [batch.output_folder(merged, i).name for i in IDS] + ["gradebook.csv"])
+        [batch.output_folder(merged, i).name for i in IDS] + ["gradebook.csv", "class.html", "class.csv"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["class", "merged", "shard-0", "shard-1", "shard-2"]
 
 

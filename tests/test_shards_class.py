@@ -99,9 +99,12 @@ def compared(out: Path) -> list[dict]:
 
 
 def folders(out: Path) -> dict[str, list[str]]:
-    """What an OUT holds: each submission folder with the names of its files (the gradebook aside)."""
+    """What an OUT holds: each submission folder with the names of its files (the gradebook and the class page
+    aside, which every OUT has: tests/test_class_page.py compares the pages)."""
+    assert (out / batch.CLASS_PAGE).is_file() and (out / batch.CLASS_CSV).is_file(), f"no class page in {out}"
     return {p.name: sorted(f.name for f in p.iterdir()) for p in out.iterdir()
-            if p.name not in (batch.GRADEBOOK, batch.LOCK)}  # the lock: held by the grade-all that wrote OUT
+            if p.name not in (batch.GRADEBOOK, batch.LOCK, batch.CLASS_PAGE, batch.CLASS_CSV)}  # the lock: held by
+    # the grade-all that wrote OUT
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +188,8 @@ def test_n_shards_merge_into_the_single_runs_gradebook_row_for_row(course, n):
     for mine, theirs in zip(got, single):
         assert mine == theirs, f"N = {n}: every column but {TIMED} equal"
     assert folders(root / f"merged-{n}") == folders(root / "single"), "laid out as the single run's OUT"
+    assert (root / f"merged-{n}" / batch.CLASS_CSV).read_text() == (root / "single" / batch.CLASS_CSV).read_text(), \
+        f"N = {n}: expected the class page's figures and ids of the single run"
     assert "empty (nothing to grade, 0): " in merged.stderr, "the summary grade-all prints"
 
 

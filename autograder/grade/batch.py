@@ -58,6 +58,7 @@ from autograder.submission import intake
 GRADEBOOK = "gradebook.csv"
 LOCK = ".grade-all.lock"  # in OUT: held (an fcntl lock) by the grade-all that writes OUT, for as long as it runs
 MANIFEST = "shard.json"  # a shard's record of what it was assigned and what graded it (autograder.grade.shards)
+CLASS_PAGE, CLASS_CSV = "class.html", "class.csv"  # the class at a glance, from the reports (grade/classpage.py)
 GRADER_FAILURE = "the grader could not run student code: "  # how the error of such a row begins
 DONE = ("graded", "empty")  # rows a second run keeps while their fingerprint holds; the others are graded again
 COLUMNS = ["id", "total", *MODULES, "status", "isolation", "grading_time_s", "error", "fingerprint"]
@@ -293,14 +294,20 @@ def plan(folder: Path, out: Path, *, force: bool = False, timeout: float = 300.0
     return entries, rows, todo, changed, prints
 
 
-RESERVED = frozenset({GRADEBOOK, MANIFEST})  # the kit's own files in OUT (its temporary files begin with ".", as hidden ids)
+RESERVED = frozenset({GRADEBOOK, MANIFEST, CLASS_PAGE, CLASS_CSV})  # the kit's own files in OUT (its temporary
+# files begin with ".", as hidden ids)
 
 
 def output_folder(out: Path, sub_id: str) -> Path:
     """OUT/<id>/, where a submission's files go. An id that names one of the kit's own files (gradebook.csv,
-    shard.json) or ends with "~" gets a "~" appended, so that no submission's folder is the gradebook and no two ids
-    share a folder (the mapping is one to one)."""
+    shard.json, class.html, class.csv) or ends with "~" gets a "~" appended, so that no submission's folder is
+    one of those files and no two ids share a folder (the mapping is one to one; `folder_id` inverts it)."""
     return Path(out) / (sub_id + "~" if sub_id in RESERVED or sub_id.endswith("~") else sub_id)
+
+
+def folder_id(name: str) -> str:
+    """The id whose `output_folder` is named `name`: one "~" less where it ends with "~", else the name."""
+    return name[:-1] if name.endswith("~") else name
 
 
 def discover(folder: Path) -> list[tuple[str, Path]]:
@@ -327,11 +334,12 @@ def write_gradebook(out: Path, rows: dict[str, Row]):
 
 
 def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: float = 10.0, *,
-              stopped=None, **options) -> Row | None:
+              stopped=None, graded_by=None, **options) -> Row | None:
     """Grade one submission and write its files; never raises for a bad submission.
 
     `options` go to autograder.grade.engine.grade (limits, isolation, servers, python). `stopped` (a
     threading.Event): once set, nothing is written and None is returned (a grading stopped halfway).
+    `graded_by`: what grades (`versions()`), recorded in results.json's extra_data (`_results_json`).
     """
     start = time.monotonic()
     try:
@@ -343,15 +351,16 @@ def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: 
             report = GradeReport(submission=sub_id, status="empty", error=(
                 f"no student work found: {safe_line(sub_id)} is {intake.kind_of(mode)}: not graded (a submission "
                 "is a folder, a zip or a notebook in the class folder itself; links are never followed)"))
-            return _write_report(report, sub_id, out, start, stopped)
-        return _grade_one(sub_id, path, out, timeout, call_timeout, start, stopped=stopped, **options)
+            return _write_report(report, sub_id, out, start, stopped, graded_by)
+        return _grade_one(sub_id, path, out, timeout, call_timeout, start, stopped=stopped, graded_by=graded_by,
+                          **options)
     except Exception as exc:  # writing its files failed (a name the file system refuses...): an error row
         report = GradeReport(submission=sub_id, status="error", grader_failure=True,
                              error=f"the grader failed: {type(exc).__name__}: {exc}")
         return None if stopped is not None and stopped.is_set() else row_from_report(report, time.monotonic() - start)
 
 
-def _grade_one(sub_id, path, out, timeout, call_timeout, start, *, stopped=None, **options):
+def _grade_one(sub_id, path, out, timeout, call_timeout, start, *, stopped=None, graded_by=None, **options):
     try:
         report = grade(path, timeout=timeout, call_timeout=call_timeout, **options)
     except SubmissionError as exc:  # nothing of it can be read: no student work to grade (0, and why)
@@ -362,17 +371,28 @@ def _grade_one(sub_id, path, out, timeout, call_timeout, start, *, stopped=None,
     except Exception as exc:  # the batch goes on whatever happens to one submission; the grader's failure
         report = GradeReport(submission=sub_id, status="error", error=f"the grader failed: {type(exc).__name__}: "
                              f"{exc}", grader_failure=True)
-    return _write_report(report, sub_id, out, start, stopped)
+    return _write_report(report, sub_id, out, start, stopped, graded_by)
 
 
-def _write_report(report, sub_id, out, start, stopped=None):
+def _results_json(report, graded_by=None) -> str:
+    """results.json: the report in Gradescope's format, and, in its extra_data (which Gradescope leaves to the
+    autograder), what graded it (`graded_by`: the kit's version, the checksum of its graders and reference,
+    torch's and Python's versions), so that the class page, computed from the reports alone, can say it."""
+    if not graded_by:
+        return render(report, "gradescope") + "\n"
+    results = report.to_gradescope()
+    results["extra_data"]["graded_by"] = dict(graded_by)
+    return json.dumps(results, indent=2) + "\n"
+
+
+def _write_report(report, sub_id, out, start, stopped=None, graded_by=None):
     """Write a grading's files into its folder of OUT; its gradebook row (None once the run is stopped)."""
     if stopped is not None and stopped.is_set():
         return None
     report.submission = sub_id
     folder = output_folder(out, sub_id)
     folder.mkdir(parents=True, exist_ok=True)
-    for name, text in (("results.json", render(report, "gradescope") + "\n"),
+    for name, text in (("results.json", _results_json(report, graded_by)),
                        ("feedback.md", render(report, "markdown")),
                        ("feedback.html", render(report, "html"))):
         remove_interrupted_writes(folder / name)  # a run killed while writing them left its beginnings here
@@ -487,8 +507,9 @@ def _grade_all(folder, out, *, jobs, force, timeout, call_timeout, progress, war
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=jobs))
         if warm and todo:  # started by the first grading that runs graders; cold where they cannot start
             options["servers"] = stack.enter_context(LazyServers(python=options.get("python")))
-        futures = [pool.submit(grade_one, i, p, out, timeout, call_timeout, stopped=stopped, **options)
-                   for i, p in todo]
+        graded_by = versions() if todo else None  # once for the run, into every results.json it writes
+        futures = [pool.submit(grade_one, i, p, out, timeout, call_timeout, stopped=stopped, graded_by=graded_by,
+                               **options) for i, p in todo]
         try:
             for future in as_completed(futures):
                 record(future)
