@@ -1,4 +1,4 @@
-# The kit's two everyday commands: `make demo` and `make test`.
+# The kit's two everyday commands: `make demo` and `make test` (README.md; the rest of the documentation: docs/).
 # Both create .venv if missing and install the pinned dependencies first.
 
 PYTHON ?= python3
@@ -33,14 +33,15 @@ LOG    := $(VENV)/setup.log
 # student processes much of the time. TESTFLAGS= runs them in one process.
 TESTFLAGS ?= -n auto --maxprocesses=4 --dist worksteal
 
-.PHONY: setup demo test test-fast release check-template bench lock clean help
+.PHONY: setup demo test test-fast release check-template bench docs lock clean help
 
 help:
 	@echo "make demo    set up, then grade the reference solution and the example submissions, one by one and as a class"
 	@echo "make test    set up, then run the kit's whole test suite"
 	@echo "make test-fast  the tests that start no grading and no student process (under a minute)"
-	@echo "make release regenerate student_template/ from solutions/"
+	@echo "make release regenerate student_template/ and the generated tables of README.md and docs/"
 	@echo "make bench   time the grading of one complete submission (median of 5)"
+	@echo "make docs    build the documentation (docs/, mkdocs.yml) into site/; a broken link or anchor fails"
 	@echo "make lock    re-pin requirements.lock for every supported Python (after changing requirements.txt)"
 	@echo "make setup TORCH_BUILD=cpu|cuda   another build of torch than the one chosen for this machine"
 
@@ -129,6 +130,12 @@ check-template: setup
 bench: setup
 	$(PY) benchmarks/grading_time.py
 
+# The documentation by reader (docs/, its nav in mkdocs.yml) built into site/, strict: a link to a missing page or
+# heading fails (tests/test_docs.py builds it too). `$(VENV)/bin/mkdocs serve` serves it while you edit.
+# NO_MKDOCS_2_WARNING: the theme's notice about MkDocs 2.0, printed at every build otherwise.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
 # After changing requirements.txt (or TORCH_VERSION): re-pin requirements.lock for every supported Python at once
 # (its header says how, and why uv). uv comes from PyPI into a scratch venv that goes when the lock is written (it is
 # not a dependency of the kit), or UV=path/to/uv. tests/test_setup.py checks the result with pip, for each Python.
@@ -165,4 +172,4 @@ lock:
 	{ echo "$$LOCK_HEADER"; cat "$$tmp/requirements.lock"; } > requirements.lock
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache site

@@ -190,12 +190,12 @@ def grade(path, fmt, output, min_score, call_timeout, submission_timeout, timeou
     """Grade one submission: a folder of the five modules (as .py files or as
     the notebooks 01_attention.ipynb ... 05_positional.ipynb), a zip of one,
     or a single notebook such as 03_masks.ipynb (or a name that ends with
-    it: bea_03_masks.ipynb, "03_masks (1).ipynb"; the README's "Uploads as
-    students name them" gives the rule).
+    it: bea_03_masks.ipynb, "03_masks (1).ipynb"; docs/instructor/uploads.md
+    gives the rule).
 
     Student code runs in a separate process and never in the grader's; a
     missing module, a crash or a hang costs only the checks that need it.
-    Every figure is out of 100 (the README's "One set of numbers"). A
+    Every figure is out of 100 (docs/instructor/grading.md, "Points"). A
     submission with no student work in it (every module missing, or the
     untouched template) is reported as "empty": 0, with what was looked for.
 
@@ -651,7 +651,8 @@ def release(check):
        copied from solutions/<module>.py (the one place the code lives),
        and its task cell states the graders' points.
     2. The kit's generated files follow: the self-check's points, the
-       README's points table, autograder/submission/released.py.
+       tables of README.md and docs/ that the release writes (points,
+       parts, tutorials), autograder/submission/released.py.
     3. student_template/: the .py stubs rendered from solutions/ (each
        `### BEGIN SOLUTION` ... `### END SOLUTION` region becomes
        `raise NotImplementedError()`, as nbgrader does; docstrings stay),

@@ -11,7 +11,8 @@ GRADERS = PACKAGE / "graders"  # the hidden graders (pytest files), run in the g
 SOLUTIONS = KIT / "solutions"  # the reference implementation: instructor-only
 STUDENT_TEMPLATE = KIT / "student_template"  # what students get, written by the release step
 ASSIGNMENTS = KIT / "assignments"  # nbgrader source notebooks
-README = KIT / "README.md"
+README = KIT / "README.md"  # the front door; the rest of the documentation is in DOCS
+DOCS = KIT / "docs"  # the documentation by reader (mkdocs.yml builds it)
 
 # The torch the kit is tested with. The Makefile reads this line (TORCH ?= torch==...), and so do the Gradescope
 # set-up and the CLI's defaults; tests/test_layout.py checks that the Classroom templates say the same.

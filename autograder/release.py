@@ -17,9 +17,11 @@ hidden graders (``autograder/graders/test_<module>.py``), read by parsing
 them, never importing them (``grader_points()``). From them the release
 writes each notebook's task cell ``<module>-hidden-graders`` (its nbgrader
 ``points`` and its heading "Hidden graders (N points)"), the points table of
-the student README, the ``POINTS`` line of the self-check and the points
-block of the kit's README. The tutorials the kit cites have one source too,
-``autograder/tutorials.py``: both READMEs print its table. It also writes ``autograder/submission/released.py``: what
+the student README, the ``POINTS`` line of the self-check and the kit
+documentation's generated blocks (``kit_docs_texts()``): the points table and
+the five parts, wherever they stand in ``README.md`` and ``docs/``. The
+tutorials the kit cites have one source too, ``autograder/tutorials.py``: the
+student README and the kit's documentation print its table. It also writes ``autograder/submission/released.py``: what
 grading needs to know of the released template (the code digests of each
 stub and notebook, which tell an untouched form of a module from a worked
 one, and where each notebook's code cell is). ``check_sources()`` names
@@ -42,7 +44,7 @@ from pathlib import Path
 
 from autograder import MODULES, tutorials
 
-from autograder.paths import ASSIGNMENTS, GRADERS as GRADERS_DIR, KIT as ROOT, PACKAGE, README as KIT_README
+from autograder.paths import ASSIGNMENTS, DOCS, GRADERS as GRADERS_DIR, KIT as ROOT, PACKAGE, README as KIT_README
 from autograder.paths import SOLUTIONS as SOLUTIONS_DIR, STUDENT_TEMPLATE as TEMPLATE_DIR
 from autograder.submission.notebooks import load_nbformat, notebook_name
 
@@ -220,6 +222,17 @@ def points_table(points: dict[str, Points], label=lambda module: f"`{module}`") 
                       *rows, f"| total | {total.checks} | {_n(total.points)} | {_n(total.cuda_points)} |"])
 
 
+def parts_table(points: dict[str, Points], sources: dict[str, str] | None = None) -> str:
+    """The five parts as a Markdown table: notebook, file, what to implement (the public names of `sources`, module
+    -> code; default: solutions/), points, and the total. The student README's and the kit documentation's."""
+    if sources is None:
+        sources = {name: (SOLUTIONS_DIR / f"{name}.py").read_text(encoding="utf-8") for name in MODULES}
+    rows = [f"| {i} | `{NOTEBOOKS[name]}` | `{name}.py` | {', '.join(f'`{n}`' for n in _public_names(sources[name]))} "
+            f"| {_n(points[name].points)} |" for i, name in enumerate(MODULES, 1)]
+    return "\n".join(["| part | notebook | file | what to implement | points |", "| --- | --- | --- | --- | ---: |",
+                      *rows, f"| | | | total | {_n(_total(points).points)} |"])
+
+
 def task_cell_text(module: str, p: Points, total: float) -> str:
     """The text of a notebook's task cell `<module>-hidden-graders`."""
     gpu = ""
@@ -261,22 +274,69 @@ def selfcheck_text(points: dict[str, Points] | None = None) -> str:
     return _POINTS_LINE.sub(lambda _: line, text)
 
 
-def _readme_block(name):
-    return re.compile(rf"(<!-- BEGIN {name}[^\n]*-->\n).*?(<!-- END {name} -->)", re.S)
+def _doc_block(name):
+    """A generated block of the kit's documentation: its two marker lines, each a line of its own."""
+    return re.compile(rf"^(<!-- BEGIN {name}\b[^\n]*-->\n).*?^(<!-- END {name} -->)$", re.S | re.M)
 
 
-def kit_readme_text(points: dict[str, Points] | None = None) -> str:
-    """The kit's README.md, its points block (from `<!-- BEGIN points ... -->` to `<!-- END points -->`)
-    written from the graders' markers and its tutorials block from autograder.tutorials."""
+_DOC_BLOCK_START = re.compile(r"^<!-- BEGIN (\w+)\b", re.M)
+
+
+def doc_files() -> list[Path]:
+    """The kit's documentation, where its generated blocks may stand: README.md and every page of docs/."""
+    return [KIT_README, *sorted(DOCS.rglob("*.md"))]
+
+
+def doc_blocks(points: dict[str, Points] | None = None) -> dict[str, str]:
+    """Name -> content of every block of the kit's documentation that the release writes: `points` (from the
+    graders' markers), `parts` (the five parts, as the student README gives them) and `tutorials`
+    (autograder.tutorials)."""
     points = grader_points() if points is None else points
-    text = KIT_README.read_text(encoding="utf-8")
-    for name, content in (("points", points_table(points)), ("tutorials", tutorials.table())):
-        block = _readme_block(name)
-        if len(block.findall(text)) != 1:
-            raise ValueError(f"README.md: expected one {name} block (<!-- BEGIN {name} ... --> ... "
-                             f"<!-- END {name} -->)")
+    return {"points": points_table(points), "parts": parts_table(points), "tutorials": tutorials.table()}
+
+
+def doc_text(path: Path, blocks: dict[str, str] | None = None) -> str:
+    """The page `path` of the kit's documentation with each generated block in it (from `<!-- BEGIN name ... -->`
+    to `<!-- END name -->`, each on a line of its own) written from `blocks` (default: doc_blocks())."""
+    blocks = doc_blocks() if blocks is None else blocks
+    text = path.read_text(encoding="utf-8")
+    shown = _shown(path)
+    for name in _DOC_BLOCK_START.findall(text):
+        if name not in blocks:
+            raise ValueError(f"{shown}: a block named {name!r}, which the release does not write "
+                             f"(it writes {', '.join(blocks)})")
+    for name, content in blocks.items():
+        block = _doc_block(name)
+        if len(block.findall(text)) != len(re.findall(rf"^<!-- BEGIN {name}\b", text, re.M)):
+            raise ValueError(f"{shown}: a {name} block without its end (<!-- BEGIN {name} ... --> ... "
+                             f"<!-- END {name} -->, each on a line of its own)")
         text = block.sub(lambda m: m[1] + content + "\n" + m[2], text)
     return text
+
+
+def _shown(path: Path) -> str:
+    """`path` as the kit names it (relative to the checkout)."""
+    try:
+        return Path(path).relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def kit_docs_texts(points: dict[str, Points] | None = None) -> dict[str, str]:
+    """Path (relative to the kit) -> text of every page of the kit's documentation (doc_files()) that holds a
+    generated block, each block written wherever it stands; every block stands somewhere."""
+    blocks = doc_blocks(points)
+    texts, seen = {}, set()
+    for path in doc_files():
+        names = set(_DOC_BLOCK_START.findall(path.read_text(encoding="utf-8")))
+        if names:
+            texts[_shown(path)] = doc_text(path, blocks)
+            seen |= names
+    missing = [name for name in blocks if name not in seen]
+    if missing:
+        raise ValueError(f"the kit's documentation (README.md, docs/) has no {' and no '.join(missing)} block "
+                         f"(<!-- BEGIN name ... --> ... <!-- END name -->)")
+    return texts
 
 
 def released_text(template: dict[str, str] | None = None) -> str:
@@ -312,7 +372,7 @@ def released_text(template: dict[str, str] | None = None) -> str:
 def generated_files() -> dict[str, str]:
     """Files of the kit (path relative to it) that the release writes from the graders and the template."""
     points = grader_points()
-    return {"autograder/sandbox/selfcheck.py": selfcheck_text(points), "README.md": kit_readme_text(points),
+    return {"autograder/sandbox/selfcheck.py": selfcheck_text(points), **kit_docs_texts(points),
             "autograder/submission/released.py": released_text()}
 
 
@@ -321,10 +381,6 @@ def _readme(sources: dict[str, str], points: dict[str, Points] | None = None) ->
     notation (stated once, here) and the rules of the contract."""
     points = grader_points() if points is None else points
     total = _total(points)
-    rows = "\n".join(
-        f"| {i} | `{NOTEBOOKS[name]}` | `{name}.py` | {', '.join(f'`{n}`' for n in _public_names(sources[name]))} "
-        f"| {_n(points[name].points)} |" for i, name in enumerate(MODULES, 1)
-    )
     gpu = ""
     if total.cuda_points:
         gpu = (f"\n\n{_n(total.cuda_points)} of these points {'is' if total.cuda_points == 1 else 'are'} for "
@@ -337,10 +393,7 @@ You build multi-head attention from its parts, in five parts. Each part
 comes twice, as a notebook and as a `.py` file, with the same code to write:
 work in whichever you prefer.
 
-| part | notebook | file | what to implement | points |
-| --- | --- | --- | --- | ---: |
-{rows}
-| | | | total | {_n(total.points)} |
+{parts_table(points, sources)}
 
 ## What to install
 
@@ -563,7 +616,8 @@ def steps(assignment_dir: Path = ASSIGNMENT_DIR, template_dir: Path = TEMPLATE_D
     """The release, in order, as nbgrader orders its converters' preprocessors:
 
     1. the source notebooks: each module cell a copy of solutions/<module>.py, each task cell the graders' points;
-    2. the kit's generated files: the self-check's points, the README's points block, autograder/submission/released.py;
+    2. the kit's generated files: the self-check's points, the documentation's blocks (README.md, docs/),
+       autograder/submission/released.py;
     3. the student template: the .py stubs rendered from solutions/ (each solution region becomes
        `raise NotImplementedError()`), its README, the self-check, and the student notebooks that the real
        `nbgrader generate_assignment` makes from the source notebooks.

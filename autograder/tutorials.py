@@ -1,9 +1,10 @@
 """The tutorials the kit cites, and the one name each is cited by.
 
 The course's tutorials are not numbered for students: every docstring,
-notebook, check title, message and README cites one by the short title
-below, in 《》, and both READMEs print this table (`grader_cli.py release`
-writes it; `release --check` fails when it drifts). tests/test_words.py
+notebook, check title, message and page of documentation cites one by the
+short title below, in 《》, and the student README, the kit's README and the
+documentation's home page print this table (`grader_cli.py release` writes
+it; `release --check` fails when it drifts). tests/test_words.py
 checks that no other name for a tutorial is used.
 """
 from __future__ import annotations

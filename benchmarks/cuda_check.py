@@ -13,7 +13,7 @@ on the CPU, tests/test_device_path.py; this is what they cannot show).
 4. With --bench: the fused and stacked modules timed side by side on CUDA (grader_cli.py bench --device cuda).
 
 Prints one line per check and exits 0 when every one holds, 1 when one does not, 2 where CUDA is not there.
-The README ("What a GPU machine changes") says what an H200 gave.
+docs/platforms/gpu.md ("What a GPU machine changes") says what an H200 gave.
 """
 import argparse
 import os

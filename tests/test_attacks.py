@@ -645,7 +645,8 @@ def server_problems(at) -> list[str]:
     """A grading must not end the warm servers that a whole class's gradings share ([] when it did not)."""
     dead = at.dead_servers()
     if not dead or (at.name == "none" and os.geteuid() != 0):
-        # at the none level a non-root user's student code runs as that user, who owns the servers (README)
+        # at the none level a non-root user's student code runs as that user, who owns the servers
+        # (docs/security/isolation.md)
         return []
     return [f"expected the warm servers to outlive the grading, but the {' and the '.join(dead)} server(s) "
             "ended (they are started again for the next test)"]

@@ -101,7 +101,7 @@ def test_the_trusted_run_shows_its_token_to_the_clone_step_alone():
 
 
 def test_the_trusted_run_requires_the_namespaces_level_and_never_swallows_its_sysctl():
-    """Issue 32: `sysctl ... || true` let a runner that refused it grade at a level the README calls weaker."""
+    """Issue 32: `sysctl ... || true` let a runner that refused it grade at a level the documentation calls weaker."""
     steps = job_steps(load("trusted-grading.yml"))
     allow = next(s for s in steps if "sysctl" in s.get("run", ""))
     assert "|| true" not in allow["run"] and "kernel.apparmor_restrict_unprivileged_userns=0" in allow["run"], \

@@ -80,7 +80,7 @@ def _cmdline(pid):
 def _targets():
     """(its parents and every process of the grader's it can find, the grader's alone). Its parents above the
     grader (the shell or test run that started grade-all) are the user's: at the none level as that user,
-    nothing can keep student code from their /proc files (README), so only the grader's are read."""
+    nothing can keep student code from their /proc files (docs/security/isolation.md), so only the grader's are read."""
     me, found, grader = _os.getpid(), [], []
     pid, above = _os.getppid(), False
     while pid > 1 and pid not in found:
@@ -332,7 +332,8 @@ def test_every_escape_is_refused_and_the_neighbour_keeps_100(place, level, user,
         assert not traces, (f"{where}: expected no trace of an escape in the output folder, found it in {traces}: "
                             f"{said[:10]}")
         assert (out / "gradebook.csv").read_text() == book, f"{where}: the gradebook changed after the run"
-        if level != "none":  # the none level has no view of its own: it reads the host's /proc/net (README)
+        # the none level has no view of its own: it reads the host's /proc/net (docs/security/isolation.md)
+        if level != "none":
             assert "SAW-HOST-SOCKETS" not in printed, f"{where}: student code listed the host's unix sockets"
     finally:
         listeners.close()

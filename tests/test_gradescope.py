@@ -233,7 +233,7 @@ def test_reference_solution_scores_100(gradescope):
 
 
 @pytest.mark.grading
-def test_the_readmes_try_out_command_with_a_relative_python(gradescope):
+def test_the_documented_try_out_command_with_a_relative_python(gradescope):
     """Issue 14: `PYTHON=.venv/bin/python .../run_autograder` failed: the script changes folder first."""
     submit_reference(gradescope, attention=[("/ math.sqrt(d_k)", "/ d_k")])
     relative = os.path.relpath(sys.executable, gradescope)

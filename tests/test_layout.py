@@ -296,27 +296,31 @@ def _kit_files() -> list[str]:
     return files
 
 
-def _readme_layout() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    return text[text.index("## Layout\n"):].split("\n## ", 1)[0]
+#: The documentation's layout table (its contributing guide).
+LAYOUT_PAGE = ROOT / "docs" / "contributing" / "layout.md"
 
 
-def test_the_readmes_layout_table_names_every_folder_and_module():
+def _documented_layout() -> str:
+    text = LAYOUT_PAGE.read_text(encoding="utf-8")
+    return text[text.index("# Layout\n"):].split("\n## ", 1)[0]
+
+
+def test_the_documented_layout_table_names_every_folder_and_module():
     """What the table says is there, is there; and what is there, the table says."""
-    layout = _readme_layout()
+    layout = _documented_layout()
     files = _kit_files()
     top = {name.split("/")[0] for name in files} - {".gitignore", "README.md"}
     missing = sorted(name for name in top if f"`{name}" not in layout)
-    assert not missing, f"expected the README's layout table to name every top-level entry, missing {missing}"
+    assert not missing, f"expected the layout table to name every top-level entry, missing {missing}"
     modules = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
                if "__pycache__" not in p.parts and p.name != "__init__.py" and not p.name.startswith("test_")}
     unnamed = sorted(m for m in modules if f"`{m}`" not in layout)
-    assert not unnamed, f"expected the README's layout table to name every module of autograder/, missing {unnamed}"
+    assert not unnamed, f"expected the layout table to name every module of autograder/, missing {unnamed}"
     named = set(re.findall(r"`([\w./-]+)`", layout))
     paths = set(files) | {name.rsplit("/", i)[0] + "/" for name in files for i in range(1, name.count("/") + 1)}
     gone = sorted(n for n in named if n.endswith((".py", "/")) and len(n) > 3
                   and not any(p == n or p.endswith("/" + n) for p in paths))
-    assert not gone, f"expected every path of the README's layout table to exist, found gone {gone}"
+    assert not gone, f"expected every path of the layout table to exist, found gone {gone}"
 
 
 def test_the_grader_plugin_imports_no_torch_so_the_student_process_starts_first():

@@ -438,7 +438,7 @@ def test_the_kit_reads_notebooks_without_building_jsonschemas_iri_grammar():
 
 # -- uploads as students make them: the name rule (issue 33) --------------------------------------------
 #: (file name, the module it stands for or None). Notebooks and .py files follow one rule
-#: (autograder.submission.notebooks.modules_named; README "Uploads as students name them").
+#: (autograder.submission.notebooks.modules_named; docs/instructor/uploads.md).
 NAME_RULE = [
     # the released names, and the names a download, a file manager or Jupyter gives a copy
     ("03_masks.ipynb", "masks"), ("masks.ipynb", "masks"), ("3_masks.ipynb", "masks"), ("03-masks.ipynb", "masks"),

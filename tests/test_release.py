@@ -5,6 +5,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -241,18 +242,26 @@ def test_points_add_up_to_100_and_every_place_that_shows_them_reads_the_markers(
     exec(next(line for line in (release.TEMPLATE_DIR / "selfcheck.py").read_text().splitlines()
               if line.startswith("POINTS = ")), namespace)
     assert namespace["POINTS"] == {m: p.points for m, p in points.items()}
-    assert release.points_table(points) in release.KIT_README.read_text()
+    assert release.points_table(points) in GRADING_PAGE.read_text(encoding="utf-8")
+    parts = release.parts_table(points)
+    assert all(f"| {p.points:g} |" in parts for p in points.values())
+    for page in (release.KIT_README, release.DOCS / "student.md"):
+        assert parts in page.read_text(encoding="utf-8"), page
 
 
-def test_the_readme_states_the_markers_points_wherever_it_gives_them():
+#: Where the documentation explains the points, with the points table and the example report.
+GRADING_PAGE = release.DOCS / "instructor" / "grading.md"
+
+
+def test_the_documentation_states_the_markers_points_wherever_it_gives_them():
     """The prose, the example report's maxima (CUDA checks included, autograder/scoring.py) and its line of
     CUDA checks not graded."""
     points = release.grader_points()
-    text = release.KIT_README.read_text()
+    text = GRADING_PAGE.read_text(encoding="utf-8")
     assert f"CUDA checks included ({', '.join(f'{p.points:g}' for p in points.values())})" in text
     rows = dict(re.findall(r"^  (attention|heads|masks|mha|positional) +[\d.]+ / ([\d.]+)", text, re.M))
     assert rows == {m: f"{p.points:g}" for m, p in points.items()}, (
-        "the README's example report is stale: grade examples/buggy-student again and paste its report")
+        "the documented example report is stale: grade examples/buggy-student again and paste its report")
     cuda = sum(p.cuda_points for p in points.values())
     checks = sum(p.cuda_checks for p in points.values())
     assert f"Not graded on this machine ({checks} checks, {cuda:g} points)" in text
@@ -270,8 +279,74 @@ def test_a_changed_marker_makes_release_check_name_everything_that_shows_points(
         "masks"].points + 1
     stale = release.check_sources()
     assert set(stale) == {f"assignments/mha/{n}" for n in release.NOTEBOOKS.values()} | {
-        "autograder/sandbox/selfcheck.py", "README.md"}, stale
+        "autograder/sandbox/selfcheck.py"} | _pages_with_blocks("points", "parts"), stale
     assert set(release.check_template()) >= {*release.NOTEBOOKS.values(), "README.md", "selfcheck.py"}
+
+
+def _pages_with_blocks(*names) -> set[str]:
+    """The pages of the kit's documentation (README.md, docs/) that hold a block of one of `names`."""
+    pages = [release.KIT_README, *release.DOCS.rglob("*.md")]
+    return {page.relative_to(release.ROOT).as_posix() for page in pages
+            if any(re.search(rf"^<!-- BEGIN {name}\b", page.read_text(encoding="utf-8"), re.M) for name in names)}
+
+
+def test_the_generated_blocks_are_where_their_text_is():
+    assert _pages_with_blocks("points") == {"docs/instructor/grading.md"}
+    assert _pages_with_blocks("parts") == {"README.md", "docs/student.md"}
+    assert _pages_with_blocks("tutorials") == {"README.md", "docs/index.md"}
+    assert set(release.kit_docs_texts()) == _pages_with_blocks("points", "parts", "tutorials")
+    stale = [path for path, text in release.kit_docs_texts().items()
+             if (release.ROOT / path).read_text(encoding="utf-8") != text]
+    assert not stale, f"{stale}: generated blocks out of date; run `python grader_cli.py release`"
+
+
+@pytest.fixture()
+def docs_copy(tmp_path, monkeypatch):
+    """A copy of the kit's README.md and docs/, which the release reads instead of the kit's."""
+    shutil.copy(release.KIT_README, tmp_path / "README.md")
+    shutil.copytree(release.DOCS, tmp_path / "docs", ignore=shutil.ignore_patterns("*.png"))
+    monkeypatch.setattr(release, "ROOT", tmp_path)
+    monkeypatch.setattr(release, "KIT_README", tmp_path / "README.md")
+    monkeypatch.setattr(release, "DOCS", tmp_path / "docs")
+    return tmp_path
+
+
+def _move_block(source: Path, target: Path, name: str, stale: bool = True):
+    """Cut the `name` block out of `source` and put it at the end of `target`, emptied when `stale`."""
+    text = source.read_text(encoding="utf-8")
+    block = re.search(rf"^<!-- BEGIN {name}\b.*?^<!-- END {name} -->\n", text, re.S | re.M)[0]
+    source.write_text(text.replace(block, ""), encoding="utf-8")
+    if stale:
+        block = block.split("\n", 1)[0] + "\n" + f"<!-- END {name} -->\n"
+    target.write_text(target.read_text(encoding="utf-8") + "\n" + block, encoding="utf-8")
+
+
+def test_a_generated_block_is_guarded_wherever_it_moves(docs_copy):
+    """release --check (kit_docs_texts) finds a block on whatever page of docs/ it moved to, and writes it there."""
+    grading, moved_to = docs_copy / "docs" / "instructor" / "grading.md", docs_copy / "docs" / "platforms" / "gpu.md"
+    assert {path: text for path, text in release.kit_docs_texts().items()
+            if (docs_copy / path).read_text(encoding="utf-8") != text} == {}
+    _move_block(grading, moved_to, "points")
+    texts = release.kit_docs_texts()
+    assert "docs/instructor/grading.md" not in texts
+    expected = texts["docs/platforms/gpu.md"]
+    assert expected != moved_to.read_text(encoding="utf-8")
+    assert release.points_table(release.grader_points()) in expected
+
+
+def test_a_block_missing_unclosed_or_unknown_is_refused(docs_copy):
+    grading = docs_copy / "docs" / "instructor" / "grading.md"
+    text = grading.read_text(encoding="utf-8")
+    grading.write_text(re.sub(r"^<!-- END points -->\n", "", text, flags=re.M), encoding="utf-8")
+    with pytest.raises(ValueError, match="points block without its end"):
+        release.kit_docs_texts()
+    grading.write_text(re.sub(r"^<!-- BEGIN points.*?^<!-- END points -->\n", "", text, flags=re.S | re.M),
+                       encoding="utf-8")
+    with pytest.raises(ValueError, match="has no points block"):
+        release.kit_docs_texts()
+    grading.write_text(text + "\n<!-- BEGIN pointz (a typo) -->\n<!-- END pointz -->\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="a block named 'pointz'"):
+        release.kit_docs_texts()
 
 
 @pytest.mark.parametrize("decorators, error", [

@@ -148,16 +148,17 @@ def test_a_real_grading_shows_the_same_figures_in_every_format(buggy_report):
 
 
 @pytest.mark.grading
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the README's example was graded on a machine without CUDA, "
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the documented example was graded on a machine without CUDA, "
                                                       "whose report says so (its CUDA checks fail on a GPU machine)")
-def test_the_readme_example_report_is_what_grading_the_buggy_student_prints(buggy_report):
-    """Every line of the README's example report (its "..." aside) is a line of the real text report."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    example = readme.split("Example report (the bundled `examples/buggy-student`):", 1)[1].split("```")[1]
+def test_the_documented_example_report_is_what_grading_the_buggy_student_prints(buggy_report):
+    """Every line of the documentation's example report (docs/instructor/grading.md; its "..." aside) is a line of
+    the real text report."""
+    page = (ROOT / "docs" / "instructor" / "grading.md").read_text(encoding="utf-8")
+    example = page.split("Example report (the bundled `examples/buggy-student`):", 1)[1].split("```")[1]
     printed = {line.rstrip() for line in render(buggy_report, "text").splitlines()}
     stale = [line for line in example.splitlines()[1:] if line.strip() not in ("", "...")
              and not line.startswith("Isolation: ")  # the level this machine offers
              and line.rstrip() not in printed]
-    assert not stale, ("the README's example report is stale: grade examples/buggy-student again and paste what it "
+    assert not stale, ("the documented example report is stale: grade examples/buggy-student again and paste what it "
                        "prints; lines it no longer prints:\n" + "\n".join(stale))
 

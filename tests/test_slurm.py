@@ -1,11 +1,11 @@
 """The Slurm route run for real (issue 36): a one-node Slurm started for this module (munged, slurmctld, slurmd:
 state, spool, sockets and logs in a temporary folder, proctrack/linuxproc, task/none, no cgroups, no systemd),
-and templates/slurm/submit.sh run as the README writes it.
+and templates/slurm/submit.sh run as the documentation writes it (docs/instructor/cluster.md, "Slurm").
 
-1. `submit.sh CLASS RESULTS 3` (the README's line, its paths and N replaced): the merge job's gradebook equals
+1. `submit.sh CLASS RESULTS 3` (the documentation's line, its paths and N replaced): the merge job's gradebook equals
    one plain `grade-all` of the class in every column but the times.
 2. A second run, one array task cancelled (scancel) once it has begun: the merge job refuses (exit 1), naming
-   the shard and its ids, and prints the line that runs the rest; the README's `submit.sh --resume` line, run as
+   the shard and its ids, and prints the line that runs the rest; the documentation's `submit.sh --resume` line, run as
    written, grades only that shard again and merges, and the gradebook then equals the plain run's.
 3. A third run, one array task requeued once it has begun (scontrol requeue, as a preemption does): its log
    keeps the run that was stopped and appends the one that finished, which resumed; the merge equals the plain
@@ -179,27 +179,32 @@ def slurm(tmp_path_factory):
         cluster.stop()
 
 
-def readme_command(flag: str = "") -> list[str]:
-    """The README's line that runs templates/slurm/submit.sh (with `flag`, or the first plain one), as words."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("**Slurm** (`templates/slurm/`)"):]
+#: Where the documentation shows the Slurm route: its "Slurm" section's first code block.
+CLUSTER_PAGE = ROOT / "docs" / "instructor" / "cluster.md"
+
+
+def documented_command(flag: str = "") -> list[str]:
+    """The documentation's line that runs templates/slurm/submit.sh (with `flag`, or the first plain one), as words."""
+    page = CLUSTER_PAGE.read_text(encoding="utf-8")
+    section = page[page.index("\n## Slurm\n"):]
     block = section[section.index("```bash"):section.index("```", section.index("```bash") + 7)]
     for line in block.splitlines():
         words = shlex.split(line, comments=True)
         if words[:1] == ["templates/slurm/submit.sh"] and (flag in words if flag else words[1].startswith("/")):
             return words
-    raise AssertionError(f"expected a `templates/slurm/submit.sh {flag}` line in the README's Slurm block:\n{block}")
+    raise AssertionError(f"expected a `templates/slurm/submit.sh {flag}` line in the Slurm block of "
+                         f"{CLUSTER_PAGE.relative_to(ROOT)}:\n{block}")
 
 
 def as_written(words, class_folder: Path, results: Path) -> list[str]:
-    """The README's words with its paths and its N replaced by this test's (nothing else changed)."""
+    """The documentation's words with its paths and its N replaced by this test's (nothing else changed)."""
     swap = {"/shared/class": str(class_folder), "/shared/results": str(results), "32": str(SHARDS)}
     assert {"/shared/class", "/shared/results", "32"} <= set(words), words
     return [swap.get(word, word) for word in words]
 
 
 def submit(slurm, words) -> tuple[str, str]:
-    """Run submit.sh from the kit's checkout as the README does; (its output, the job array's id or "")."""
+    """Run submit.sh from the kit's checkout as the documentation does; (its output, the job array's id or "")."""
     proc = subprocess.run(words, cwd=ROOT, capture_output=True, text=True, env=slurm.env, timeout=HANG_GUARD)
     assert proc.returncode == 0, f"{shlex.join(words)}: exit {proc.returncode}\n{proc.stdout}{proc.stderr}"
     found = re.search(r"^grading: job array (\d+)", proc.stdout, re.M)
@@ -226,9 +231,9 @@ def course(slurm, tmp_path_factory):
     return root
 
 
-def test_the_readme_submit_line_grades_the_class_as_one_plain_run(slurm, course):
+def test_the_documented_submit_line_grades_the_class_as_one_plain_run(slurm, course):
     results = course / "run-1"
-    output, array = submit(slurm, as_written(readme_command(), course / "class", results))
+    output, array = submit(slurm, as_written(documented_command(), course / "class", results))
     assert array and f"shards 0-{SHARDS - 1} of {SHARDS}" in output, output
     slurm.wait_idle()
     log = (results / "logs" / "merge.out").read_text()
@@ -239,9 +244,9 @@ def test_the_readme_submit_line_grades_the_class_as_one_plain_run(slurm, course)
     assert logs == ["merge.out"] + [f"shard-{k}.out" for k in range(SHARDS)], logs
 
 
-def test_a_cancelled_task_is_named_by_the_merge_and_the_readme_resume_line_completes_the_run(slurm, course):
+def test_a_cancelled_task_is_named_by_the_merge_and_the_documented_resume_line_completes_the_run(slurm, course):
     results = course / "run-2"
-    output, array = submit(slurm, as_written(readme_command(), course / "class", results))
+    output, array = submit(slurm, as_written(documented_command(), course / "class", results))
     k = shards.shard_of("reference", SHARDS)  # a shard with a real grading: seconds between its manifest and its end
     began(slurm, results, k)
     slurm.run("scancel", f"{array}_{k}")
@@ -253,8 +258,8 @@ def test_a_cancelled_task_is_named_by_the_merge_and_the_readme_resume_line_compl
     log = (results / "logs" / "merge.out").read_text()
     assert f"shard {k} ({results / 'shards' / str(k)}): assigned, no row" in log and "reference" in log, log
     assert not (results / "merged").exists(), "expected no gradebook from a refused merge"
-    resume = as_written(readme_command("--resume"), course / "class", results)
-    assert shlex.join(resume[1:]) in log, f"expected the merge's log to give the README's rerun line:\n{log}"
+    resume = as_written(documented_command("--resume"), course / "class", results)
+    assert shlex.join(resume[1:]) in log, f"expected the merge's log to give the documentation's rerun line:\n{log}"
     output, array = submit(slurm, resume)
     assert array and f"shards {k} of {SHARDS}" in output, f"expected only shard {k} run again:\n{output}"
     slurm.wait_idle()
@@ -269,7 +274,7 @@ def test_a_cancelled_task_is_named_by_the_merge_and_the_readme_resume_line_compl
 
 def test_a_requeued_task_appends_to_its_log_and_resumes(slurm, course):
     results = course / "run-3"
-    _, array = submit(slurm, as_written(readme_command(), course / "class", results))
+    _, array = submit(slurm, as_written(documented_command(), course / "class", results))
     k = shards.shard_of("reference", SHARDS)
     began(slurm, results, k)
     task = f"{array}_{k}"
@@ -307,7 +312,7 @@ def began(slurm, results: Path, k: int):
 def test_a_request_the_cluster_cannot_meet_stops_before_anything_is_submitted(slurm, course, env, says):
     """Never a job that pends for ever (PartitionConfig) or a bare sbatch error: submit.sh says what is wrong."""
     results = course / "never"
-    words = as_written(readme_command(), course / "class", results)
+    words = as_written(documented_command(), course / "class", results)
     before = slurm.queue()
     proc = subprocess.run(words, cwd=ROOT, capture_output=True, text=True, env={**slurm.env, **env},
                           timeout=HANG_GUARD)
@@ -319,9 +324,9 @@ def test_a_request_the_cluster_cannot_meet_stops_before_anything_is_submitted(sl
 def test_resume_is_refused_while_jobs_of_the_same_results_are_in_the_queue(slurm, course):
     """--resume while the first run is queued would grade its shards twice at once: it names the jobs instead."""
     results = course / "run-busy"
-    _, array = submit(slurm, as_written(readme_command(), course / "class", results))
+    _, array = submit(slurm, as_written(documented_command(), course / "class", results))
     try:
-        words = as_written(readme_command("--resume"), course / "class", results)
+        words = as_written(documented_command("--resume"), course / "class", results)
         proc = subprocess.run(words, cwd=ROOT, capture_output=True, text=True, env=slurm.env, timeout=HANG_GUARD)
         assert proc.returncode == 2 and f"jobs of {results} are still queued or running ({array} " in proc.stderr, \
             f"expected exit 2 naming job {array}, got {proc.returncode}:\n{proc.stdout}{proc.stderr}"

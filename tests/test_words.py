@@ -110,7 +110,7 @@ def _kit_texts():
     from autograder.paths import KIT
 
     for pattern in ("solutions/*.py", "autograder/**/*.py", "assignments/**/*.ipynb", "student_template/*",
-                    "examples/**/*", "README.md", "tests/corpus/*.toml"):
+                    "examples/**/*", "README.md", "docs/**/*.md", "tests/corpus/*.toml"):
         for path in sorted(KIT.glob(pattern)):
             relative = path.relative_to(KIT).as_posix()
             if path.is_file() and path.suffix in (".py", ".ipynb", ".md", ".toml"):

@@ -1,0 +1,173 @@
+"""The kit's documentation: README.md, the front door, and docs/, by reader, built by mkdocs (mkdocs.yml).
+
+The site builds with `mkdocs build --strict`: mkdocs.yml's `validation` settings make a link to a missing page
+or heading (anchor), an absolute link and a page left out of the nav a warning, and --strict makes a warning a
+failure. README.md is outside docs/, so its links are checked here, against the files and the built site. The
+commands the documentation shows are checked against what runs them: every `grader_cli.py` line of a code block
+names a command and options of the command line (click's own objects), and every `make` target named is the
+Makefile's. (The Slurm lines are run as written by tests/test_slurm.py; CI runs the README's `make test`.)
+"""
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+README = ROOT / "README.md"
+# Material for MkDocs prints a notice about MkDocs 2.0 at every build unless told not to
+ENV = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+
+
+def mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(config),
+                           "--site-dir", str(site)], cwd=config.parent, capture_output=True, text=True, env=ENV,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The documentation built once, strict, into a temporary folder."""
+    out = tmp_path_factory.mktemp("site")
+    proc = mkdocs_build(ROOT / "mkdocs.yml", out)
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}{proc.stderr}"
+    return out, proc.stdout + proc.stderr
+
+
+def test_the_site_builds_strict_with_no_warning(site):
+    _, output = site
+    warned = [line for line in output.splitlines() if line.startswith(("WARNING", "ERROR"))]
+    assert not warned, "\n".join(warned)
+
+
+def test_a_broken_link_or_anchor_fails_the_build(tmp_path):
+    """The validation settings do fail --strict: a copy of the docs with one bad anchor and one bad page."""
+    shutil.copytree(DOCS, tmp_path / "docs")
+    shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
+    page = tmp_path / "docs" / "index.md"
+    page.write_text(page.read_text(encoding="utf-8") + "\n[a](student.md#no-such-heading) [b](no-such-page.md)\n",
+                    encoding="utf-8")
+    proc = mkdocs_build(tmp_path / "mkdocs.yml", tmp_path / "site")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    assert "does not contain an anchor '#no-such-heading'" in output, output
+    assert "no-such-page.md" in output, output
+
+
+def _html_page(doc: Path, site_dir: Path) -> Path:
+    """Where mkdocs (use_directory_urls) writes the page of docs/<doc>."""
+    relative = doc.relative_to(DOCS)
+    folder = relative.parent if relative.name == "index.md" else relative.with_suffix("")
+    return site_dir / folder / "index.html"
+
+
+def _links(text: str) -> list[str]:
+    """The targets of the Markdown links and images of `text`, outside code."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    return re.findall(r"\]\(([^)\s]+)\)", text)
+
+
+def test_the_readme_links_to_pages_and_headings_that_are_there(site):
+    site_dir, _ = site
+    links = [link for link in _links(README.read_text(encoding="utf-8")) if "://" not in link]
+    assert len(links) > 10, links
+    broken = []
+    for link in links:
+        path, _, anchor = link.partition("#")
+        target = (ROOT / path).resolve()
+        if not target.exists():
+            broken.append(f"{link}: no such file")
+        elif anchor:
+            assert target.suffix == ".md" and DOCS in target.parents, link
+            html = _html_page(target, site_dir).read_text(encoding="utf-8")
+            if f'id="{anchor}"' not in html:
+                broken.append(f"{link}: no heading with that anchor")
+    assert not broken, "\n".join(broken)
+
+
+def test_every_page_of_docs_is_in_the_site(site):
+    site_dir, _ = site
+    pages = sorted(DOCS.rglob("*.md"))
+    assert len(pages) >= 15, pages
+    missing = [p.relative_to(ROOT).as_posix() for p in pages if not _html_page(p, site_dir).is_file()]
+    assert not missing, missing
+
+
+def _documentation():
+    """(name, text) of README.md and of every page of docs/."""
+    yield "README.md", README.read_text(encoding="utf-8")
+    for page in sorted(DOCS.rglob("*.md")):
+        yield page.relative_to(ROOT).as_posix(), page.read_text(encoding="utf-8")
+
+
+def _code_lines(text: str):
+    """The lines of the code blocks of a Markdown text: fenced, or indented by four spaces after a blank line."""
+    fenced = re.findall(r"^ *```[^\n]*\n(.*?)^ *```", text, flags=re.S | re.M)
+    for block in fenced:
+        yield from block.splitlines()
+    for block in re.findall(r"(?:^|\n)\n((?:    [^\n]*\n)+)", re.sub(r"^ *```.*?^ *```", "", text, flags=re.S | re.M)):
+        yield from (line.strip() for line in block.splitlines())
+
+
+def _cli_calls():
+    """(where, the line, its words after grader_cli.py) of every `grader_cli.py` line of the documentation's code
+    blocks, and of its inline code that starts with `grader_cli.py` (the command tables)."""
+    for name, text in _documentation():
+        inline = re.findall(r"`(grader_cli\.py [^`\n]+)`", text)
+        for line in [*_code_lines(text), *inline]:
+            if "grader_cli.py" not in line:
+                continue
+            words = shlex.split(line.replace("[", " ").replace("]", " "), comments=True)
+            at = next(i for i, word in enumerate(words) if word.endswith("grader_cli.py"))
+            yield name, line.strip(), words[at + 1:]
+
+
+def test_every_grader_cli_command_shown_has_that_command_and_those_options():
+    from autograder.cli import cli
+
+    calls = list(_cli_calls())
+    shown = {words[0] for _, _, words in calls if words and not words[0].startswith("-")}
+    assert {"grade", "grade-all", "merge", "release", "nbgrader-sync", "gradescope-zip", "render", "bench"} <= shown, (
+        shown)
+    wrong = []
+    for name, line, words in calls:
+        if not words or words[0].startswith("-"):
+            command, options = cli, words
+        elif words[0] in cli.commands:
+            command, options = cli.commands[words[0]], words[1:]
+        else:
+            wrong.append(f"{name}: `{line}`: no command {words[0]!r}")
+            continue
+        known = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)} | {"--help"}
+        for word in options:
+            option = word.split("=", 1)[0]
+            if option.startswith("-") and option != "-" and option not in known:
+                wrong.append(f"{name}: `{line}`: {command.name or 'grader_cli.py'} has no option {option}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_make_target_named_is_the_makefiles():
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    targets = set(re.findall(r"^([a-z][\w-]*):", makefile, re.M))
+    named = set()
+    for name, text in _documentation():
+        shown = [*_code_lines(text), *re.findall(r"`([^`\n]+)`", text)]  # code blocks' lines, inline code
+        named |= {(name, words[1]) for words in (line.split() for line in shown)
+                  if len(words) > 1 and words[0] == "make" and re.fullmatch(r"[a-z][\w-]*", words[1])}
+    assert {"demo", "test", "test-fast", "release", "lock", "docs"} <= {target for _, target in named}, named
+    unknown = sorted(f"{name}: make {target}" for name, target in named if target not in targets)
+    assert not unknown, unknown
+
+
+def test_the_readme_fits_two_screens_and_shows_the_two_commands_ci_runs():
+    text = README.read_text(encoding="utf-8")
+    assert text.count("\n") <= 150
+    block = text[text.index("## Quick start"):].split("```bash\n", 1)[1].split("```", 1)[0]
+    assert [line.split("#")[0].strip() for line in block.splitlines()] == ["make demo", "make test"]
+    assert (ROOT / ".ci" / "run").read_text(encoding="utf-8").rstrip().endswith("\nmake test")
