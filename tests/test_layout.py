@@ -178,9 +178,14 @@ LAYERS = [
     ("the submission: what a student hands in, read without following a link, notebooks turned into modules",
      {"autograder.submission", "autograder.submission.intake", "autograder.submission.notebooks",
       "autograder.submission.released", "autograder.submission.take"}),
-    ("the sandbox: the student process, its client, its limits and isolation, what stops or guards it from outside",
+    ("the sandbox: the student process (an orchestrator over a file per subsystem), its client, its limits and "
+     "isolation, what stops or guards it from outside",
      {"autograder.sandbox", "autograder.sandbox.limits", "autograder.sandbox.errors", "autograder.sandbox.isolation",
       "autograder.sandbox.client", "autograder.sandbox.student_process", "autograder.sandbox.wire",
+      "autograder.sandbox.channel", "autograder.sandbox.libc", "autograder.sandbox.namespaces",
+      "autograder.sandbox.devices", "autograder.sandbox.privileges", "autograder.sandbox.keeper",
+      "autograder.sandbox.rlimits", "autograder.sandbox.landlock_rules", "autograder.sandbox.request_server",
+      "autograder.sandbox.student_code",
       "autograder.sandbox.landlock", "autograder.sandbox.forkserver", "autograder.sandbox.diskguard",
       "autograder.sandbox.freeze", "autograder.sandbox.batchlock", "autograder.sandbox.selfcheck",
       "autograder.sandbox.lazy_dynamo", "autograder.sandbox.seeding", "autograder.sandbox.seccomp",
@@ -263,17 +268,19 @@ def test_the_foundations_import_no_module_of_the_kit():
 
 
 def _loaded_by_path() -> set[str]:
-    """The siblings the student process loads by path (`_sibling("wire")`): it runs under `python -I` with no
-    kit on sys.path, and loads them before it confines itself."""
+    """The siblings the student process loads by path (`_sibling("wire")`, `_sibling("keeper", libc=_libc)`): it
+    runs under `python -I` with no kit on sys.path, and loads them before it confines itself."""
     source = (PACKAGE / "sandbox" / "student_process.py").read_text(encoding="utf-8")
-    return {f"autograder.sandbox.{name}" for name in re.findall(r'_sibling\("(\w+)"\)', source)}
+    return {f"autograder.sandbox.{name}" for name in re.findall(r'_sibling\("(\w+)"[,)]', source)}
 
 
 def test_what_runs_outside_the_package_imports_nothing_of_the_kit():
     """The student process and the siblings it loads by path, from its own folder (autograder/sandbox/); the
     self-check, shipped to students as is; the fork server, generic."""
     loaded = _loaded_by_path()
-    assert loaded >= {"autograder.sandbox.wire", "autograder.sandbox.landlock", "autograder.sandbox.seccomp"}, loaded
+    assert loaded >= {"autograder.sandbox.wire", "autograder.sandbox.landlock", "autograder.sandbox.seccomp",
+                      "autograder.sandbox.namespaces", "autograder.sandbox.keeper",
+                      "autograder.sandbox.request_server"}, loaded
     modules, graph = _kit_modules(), import_graph()
     beside = sorted(m for m in loaded if m not in modules)
     assert not beside, f"expected the student process's by-path siblings in its folder, missing {beside}"

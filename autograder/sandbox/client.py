@@ -180,7 +180,7 @@ class Sandbox:
             pass
 
     def _kill(self):
-        """End the student process and everything it started: its keeper (see student_process.py) ends them all on
+        """End the student process and everything it started: its keeper (see keeper.py) ends them all on
         SIGTERM; the process group is killed outright if the keeper does not finish in time.
 
         Safe from two threads at once (a caller closing the sandbox while a call in another thread fails

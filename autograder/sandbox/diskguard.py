@@ -1,7 +1,7 @@
 """A cap on what student code writes to disk where no size-capped filesystem can hold it.
 
 At the namespaces level a student process writes only to tmpfs mounts with a
-size and an inode cap (autograder/sandbox/student_process.py). At the landlock and none levels
+size and an inode cap (autograder/sandbox/namespaces.py). At the landlock and none levels
 there is no mount namespace: its writable folders (its copy of the submission
 and its home) are folders on the host's disk, and the output limit
 (RLIMIT_FSIZE) bounds each file, not how many there are.

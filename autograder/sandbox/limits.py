@@ -11,7 +11,7 @@ from autograder.paths import KIT as ROOT
 
 #: What student code may write. At the namespaces level its /tmp (and home) is a tmpfs of `tmp_bytes` and its
 #: copy of the submission a tmpfs of `copy_bytes` (at least twice the copy's size), each with at most `files`
-#: files and folders (student_process.py). At the other levels its copy and its home are folders on the disk,
+#: files and folders (namespaces.py). At the other levels its copy and its home are folders on the disk,
 #: held to the same totals by a guard (diskguard.py).
 WRITABLE = {"tmp_bytes": 256 << 20, "copy_bytes": 64 << 20, "files": 4096}
 #: What the student process never sees, even where it cannot be hidden by namespaces it is never copied.
