@@ -112,7 +112,7 @@ demo: setup
 	@for sub in examples/*/; do sub=$${sub%/}; cp -R $$sub $(DEMO_CLASS)/$${sub##*/}; done
 	@echo; echo "================ the class: $(DEMO_CLASS) (the reference and examples/*), graded together"
 	@$(PY) grader_cli.py grade-all $(DEMO_CLASS) --output $(DEMO_GRADED)
-	@echo; echo "Open $(DEMO_GRADED)/class.html in a browser: the class at a glance (docs/class-overview.md)"
+	@echo; echo "Open $(DEMO_GRADED)/class.html in a browser: the class at a glance (docs/instructor/class-overview.md)"
 
 test: setup
 	$(PY) -m pytest $(TESTFLAGS)
