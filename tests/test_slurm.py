@@ -264,8 +264,11 @@ def test_a_cancelled_task_is_named_by_the_merge_and_the_documented_resume_line_c
     assert array and f"shards {k} of {SHARDS}" in output, f"expected only shard {k} run again:\n{output}"
     slurm.wait_idle()
     log = (results / "logs" / "merge.out").read_text()
-    assert log.count("== merge of") == 2 and log.rstrip().endswith(
-        f"20 rows in {results / 'merged' / 'gradebook.csv'} (merged from {SHARDS} shards)"), log
+    last = log.split("== merge of")[-1]
+    assert log.count("== merge of") == 2 and (
+        f"20 rows in {results / 'merged' / 'gradebook.csv'} (merged from {SHARDS} shards)\n" in last
+        and last.rstrip().endswith(f"Class page: {results / 'merged' / 'class.html'} (every figure with its ids: "
+                                   "class.csv)")), log
     rows_equal(results / "merged", course / "plain")
     shard_log = (results / "logs" / f"shard-{k}.out").read_text()
     assert shard_log.count(f"== shard {k}/{SHARDS}:") == 2 and "CANCELLED" in shard_log, \

@@ -127,7 +127,9 @@ def _confine_namespaces(config):
 
 def _confine_landlock(config):
     """Landlock: read the system and Python folders and its copy, write its copy and its private temp folder."""
+    global _landlock
     _libc.step("landlock")
+    _landlock = _landlock or _sibling("landlock")  # (_enter read it before the uid dropped)
     folders, _ = _namespaces.needed_paths(config.get("forbidden", []))
     _landlock.restrict(**_landlock_rules.rules(config, folders, _GPU_NODES))
 
