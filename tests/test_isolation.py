@@ -590,7 +590,7 @@ def test_without_namespaces_a_guard_stops_student_code_that_fills_the_disk(tmp_p
     """No size-capped mount holds its folders there: the disk guard (autograder/sandbox/diskguard.py) ends the process
     tree once its copy and home hold more than the namespaces level's totals (here made small), the message
     says why, and the next student process starts with a fresh copy and an empty home."""
-    monkeypatch.setattr("autograder.sandbox.client.WRITABLE",  # what the Sandbox gives its disk guard
+    monkeypatch.setattr("autograder.sandbox.process.WRITABLE",  # what the Sandbox gives its disk guard
                         {"tmp_bytes": 4 << 20, "copy_bytes": 1 << 20, "files": 1000})
     (tmp_path / "masks.py").write_text(FILLER)
     with Sandbox(tmp_path, call_timeout=300.0, isolation=level, python=student_python) as sb:

@@ -181,7 +181,8 @@ LAYERS = [
     ("the sandbox: the student process (an orchestrator over a file per subsystem), its client, its limits and "
      "isolation, what stops or guards it from outside",
      {"autograder.sandbox", "autograder.sandbox.limits", "autograder.sandbox.errors", "autograder.sandbox.isolation",
-      "autograder.sandbox.client", "autograder.sandbox.student_process", "autograder.sandbox.wire",
+      "autograder.sandbox.client", "autograder.sandbox.process", "autograder.sandbox.remote",
+      "autograder.sandbox.student_process", "autograder.sandbox.wire",
       "autograder.sandbox.channel", "autograder.sandbox.libc", "autograder.sandbox.namespaces",
       "autograder.sandbox.devices", "autograder.sandbox.privileges", "autograder.sandbox.keeper",
       "autograder.sandbox.rlimits", "autograder.sandbox.landlock_rules", "autograder.sandbox.request_server",

@@ -49,14 +49,14 @@ def needs_student_cuda(student):
 def describe(value):
     """A short description of a value that came back: "float32 tensor (2, 3)"."""
     if isinstance(value, torch.Tensor):
-        from autograder.sandbox.client import describe_tensor
+        from autograder.sandbox.remote import describe_tensor
 
         return describe_tensor(value)
     if isinstance(value, dict) and "__unsupported__" in value:
         return f"an object of type {value['__unsupported__']}"
     if isinstance(value, list):
         return f"a sequence of {len(value)} items"
-    from autograder.sandbox.client import RemoteModule
+    from autograder.sandbox.remote import RemoteModule
 
     if isinstance(value, RemoteModule):  # a module built in the student process: the student's name for it
         return f"a {value.name} (built without an error)"

@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 import torch
 
 from autograder.sandbox import batchlock, freeze, wire
-from autograder.sandbox.client import timed_pass
+from autograder.sandbox.remote import timed_pass
 from autograder.sandbox.freeze import frozen
 from autograder.sandbox.seeding import manual_seed
 

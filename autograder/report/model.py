@@ -82,8 +82,8 @@ def csv_value(cell: str) -> str:
 
 
 # What the student's code printed is shown at its end, at most this many characters, in every format (the
-# documentation's promise: docs/security/index.md). The sandbox keeps as much (sandbox.LOG_TAIL), but the report
-# cuts it again, whatever came in: a report read back from JSON (`grader_cli.py render`) may hold any length.
+# documentation's promise: docs/security/index.md). The sandbox keeps as much (sandbox.process.LOG_TAIL), but the
+# report cuts it again, whatever came in: a report read back from JSON (`grader_cli.py render`) may hold any length.
 PRINTED_TAIL = 1500
 PRINTED_TITLE = f"Printed output (the last {PRINTED_TAIL} characters at most)"
 

@@ -8,15 +8,15 @@ bounds what each answer may cost, kills a child that hangs, restarts one that di
 that crashes it twice. A child that cannot start (before its handshake no student code has run) is the
 grader's failure (errors.GraderUnavailable), never the student's 0.
 
-By job: limits.py (what a student process is given: resource limits, writable space, the folders it never
-sees, the environments' allow-lists), isolation.py (the levels, probed once per process; choose_isolation),
-errors.py, client.py (Sandbox, RemoteModule, messages); the student side: student_process.py, an orchestrator
-over the siblings it loads by path before it confines itself (keep them in this folder): a file per subsystem
-(channel.py, libc.py, namespaces.py, devices.py, privileges.py, keeper.py, rlimits.py, landlock.py,
-landlock_rules.py, seccomp.py, student_code.py, request_server.py) and the helpers shared with the trusted side
-(wire.py, lazy_dynamo.py, seeding.py, standin.py); and what confines or measures a process tree from outside:
-diskguard.py, freeze.py, batchlock.py, forkserver.py (generic warm fork servers); selfcheck.py, the students'
-public checks, runs in their own process as shipped.
+By job: limits.py (what a student process is given: resource limits, writable space, the folders it never sees,
+the environments' allow-lists), isolation.py (the levels, probed once per process; choose_isolation), errors.py,
+client.py (Sandbox, messages), process.py (the process under it), remote.py (RemoteModule); the student side:
+student_process.py, an orchestrator over the siblings it loads by path before it confines itself (keep them in
+this folder): a file per subsystem (channel.py, libc.py, namespaces.py, devices.py, privileges.py, keeper.py,
+rlimits.py, landlock.py, landlock_rules.py, seccomp.py, student_code.py, request_server.py) and the helpers
+shared with the trusted side (wire.py, lazy_dynamo.py, seeding.py, standin.py); and what confines or measures a
+process tree from outside: diskguard.py, freeze.py, batchlock.py, forkserver.py (generic warm fork servers);
+selfcheck.py, the students' public checks, runs in their own process as shipped.
 
 Nothing is re-exported here: import a name from the module that defines it (so that a test's monkeypatch
 hits the module that reads it).
