@@ -968,7 +968,7 @@ def _sleeper(*args):
 def test_a_process_left_by_a_warm_or_cold_grading_is_a_survivor(tmp_path):
     """The survivor check on stand-ins: a fork of our zygote (its command line) and a cold student process of
     our submission are counted; the zygote itself, another zygote's fork and another submission's are not."""
-    address = "mha-student-server-0123456789ab"  # the label on a zygote's command line (forkserver.Server.label)
+    address = "mha-student-server-0123456789ab"  # the label on a zygote's command line (forkclient.Server.label)
     other = "mha-student-server-ba9876543210"
     submission = tmp_path / "sub"
 

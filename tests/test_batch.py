@@ -177,11 +177,11 @@ def test_the_two_servers_start_side_by_side(monkeypatch):
     """Each server imports torch: the zygote is started before the grader server is waited for, so a class run
     (and nbgrader-sync) waits for one import of torch, not two in a row."""
     from autograder.grade.engine import WarmServers
-    from autograder.sandbox import forkserver
+    from autograder.sandbox import forkclient
 
     events = []
 
-    class Recorded(forkserver.Server):
+    class Recorded(forkclient.Server):
         def __init__(self, kind, **kwargs):
             super().__init__(kind, **kwargs)
             events.append(f"{kind} started")
@@ -190,7 +190,7 @@ def test_the_two_servers_start_side_by_side(monkeypatch):
             super().wait_ready()
             events.append(f"{self._kind} ready")
 
-    monkeypatch.setattr(forkserver, "Server", Recorded)
+    monkeypatch.setattr(forkclient, "Server", Recorded)
     with WarmServers():
         pass
     assert events == ["student started", "grader started", "student ready", "grader ready"], events
@@ -200,16 +200,16 @@ def test_servers_that_cannot_start_leave_no_process_and_no_folder(tmp_path, monk
     """The zygote's interpreter exits at once: WarmServers raises, and the grader server started beside it is
     stopped, its folder and the zygote's home removed (a class run then grades cold: LazyServers)."""
     from autograder.grade.engine import WarmServers
-    from autograder.sandbox import forkserver
+    from autograder.sandbox import forkclient
 
     servers = []
 
-    class Kept(forkserver.Server):
+    class Kept(forkclient.Server):
         def __init__(self, kind, **kwargs):
             super().__init__(kind, **kwargs)
             servers.append(self)
 
-    monkeypatch.setattr(forkserver, "Server", Kept)
+    monkeypatch.setattr(forkclient, "Server", Kept)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with pytest.raises(RuntimeError, match="the student fork server did not start"):
         WarmServers(python="/bin/false")

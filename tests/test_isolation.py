@@ -17,7 +17,7 @@ import pytest
 from autograder.grade.engine import WarmServers, grade
 from autograder.sandbox.client import Sandbox
 from autograder.sandbox.errors import StudentError
-from autograder.sandbox.forkserver import Server, Worker
+from autograder.sandbox.forkclient import Server, Worker
 from autograder.sandbox.isolation import probe
 from autograder.sandbox import landlock
 from autograder.sandbox.limits import Limits
@@ -382,7 +382,7 @@ def test_the_fork_servers_listen_on_no_named_or_abstract_socket():
 
 
 ASK = """import json, os, sys
-from autograder.sandbox.forkserver import Worker
+from autograder.sandbox.forkclient import Worker
 def ask():
     try:
         worker = Worker(sys.argv[1], json.loads(sys.argv[2]), timeout=20)

@@ -50,7 +50,7 @@ class WarmServers:
     """
 
     def __init__(self, python=None):
-        from autograder.sandbox.forkserver import Server
+        from autograder.sandbox.forkclient import Server
         self._home = tempfile.mkdtemp(prefix="mha-zygote-home-")  # the student processes' HOME: removed at close
         started = []
         try:
@@ -177,7 +177,8 @@ def _run_graders(args, cwd, timeout, servers, key):
     `key` reaches the graders through an inherited pipe (never argv, the
     environment or a file), so no other process can sign results.
     """
-    from autograder.sandbox.forkserver import Worker, channel_fd, kill_group
+    from autograder.sandbox.forkclient import Worker
+    from autograder.sandbox.forkserver import channel_fd, kill_group
 
     log = Path(cwd) / "graders.log"
     worker, key_fd = None, _key_pipe(key)

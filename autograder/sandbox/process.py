@@ -25,7 +25,7 @@ from autograder import MODULES
 from autograder.sandbox import batchlock
 from autograder.sandbox.diskguard import DiskGuard
 from autograder.sandbox.errors import GraderUnavailable
-from autograder.sandbox.forkserver import Worker
+from autograder.sandbox.forkclient import Worker
 from autograder.sandbox.isolation import CHILD, _read_handshake, choose_isolation, refusals
 from autograder.sandbox.limits import WRITABLE, Limits, forbidden_paths, student_env
 from autograder.submission import intake as _intake
