@@ -128,6 +128,24 @@ def test_the_environment_holds_no_secret(tmp_path, monkeypatch, level, student_p
     assert "canary" not in json.dumps(seen["env"]), seen["env"]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root's student process drops to a uid of its own")
+def test_a_kit_in_a_folder_closed_to_other_users_still_has_the_landlock_level(tmp_path, monkeypatch, student_python):
+    """As root, the student process drops to a uid of its own before it confines itself with Landlock: every
+    file of the kit it needs is read before, so a kit in a private folder (a clone in a 0700 home) keeps the
+    level."""
+    import shutil
+
+    from autograder.sandbox import isolation
+
+    if probe("landlock", python=student_python):
+        pytest.skip(f"no landlock level here: {probe('landlock', python=student_python)}")
+    private = tmp_path / "private"
+    shutil.copytree(isolation.CHILD.parent, private / "sandbox", ignore=shutil.ignore_patterns("__pycache__"))
+    private.chmod(0o700)
+    monkeypatch.setattr(isolation, "CHILD", private / "sandbox" / "student_process.py")
+    assert isolation._probe("landlock", student_python) is None
+
+
 def test_at_the_none_level_the_report_says_so(tmp_path, student_python):
     seen, how = _probe(tmp_path, isolation="none", python=student_python)
     assert how == "none"

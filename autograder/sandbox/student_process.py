@@ -90,7 +90,7 @@ _privileges = _sibling("privileges", libc=_libc)
 _keeper = _sibling("keeper", libc=_libc)
 _rlimits = _sibling("rlimits", libc=_libc)
 _landlock_rules = _sibling("landlock_rules", libc=_libc)
-_landlock = None  # landlock.py, loaded at the landlock level only, before the uid drops (_enter)
+_landlock = _sibling("landlock")  # Landlock's calls, used at the landlock level
 _seccomp = _sibling("seccomp")  # the second wall at every level, installed before student code
 _wire = _sibling("wire")  # the requests' and answers' format
 _lazy_dynamo = _sibling("lazy_dynamo")  # torch._dynamo imported only if student code really uses it
@@ -127,9 +127,7 @@ def _confine_namespaces(config):
 
 def _confine_landlock(config):
     """Landlock: read the system and Python folders and its copy, write its copy and its private temp folder."""
-    global _landlock
     _libc.step("landlock")
-    _landlock = _landlock or _sibling("landlock")  # (_enter read it before the uid dropped)
     folders, _ = _namespaces.needed_paths(config.get("forbidden", []))
     _landlock.restrict(**_landlock_rules.rules(config, folders, _GPU_NODES))
 
@@ -159,7 +157,7 @@ def _enter(config):
     """Confine this process at the chosen level before any student code runs (see the module's docstring).
 
     Returns the level. Any refusal ends the process with a handshake that says why (`_fail`)."""
-    global _SUBMISSION, _landlock
+    global _SUBMISSION
     _channel.redirect(config["log"])
     _libc.refused = frozenset(config.get("refuse", ()))
     level = config.get("isolation", "none")
@@ -171,8 +169,6 @@ def _enter(config):
             _confine_namespaces(config)
         else:
             _keeper.keep((_channel.IN, _channel.OUT))
-            if level == "landlock":  # read while this process may: the kit's folder may be closed to the uid below
-                _landlock = _sibling("landlock")
             if os.geteuid() == 0:  # never root: a uid of its own, that owns its copy and its temp folder
                 _privileges.drop_root([config["cwd"], config["home"]], _privileges.sandbox_uid())
         step = "limits"
