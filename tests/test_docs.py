@@ -152,6 +152,17 @@ def test_every_grader_cli_command_shown_has_that_command_and_those_options():
     assert not wrong, "\n".join(wrong)
 
 
+def test_the_commands_table_names_every_command_of_the_cli():
+    """The instructor's set-up page lists every command `grader_cli.py --help` lists: none is added unseen."""
+    from autograder.cli import cli
+
+    table = (DOCS / "instructor" / "setup.md").read_text(encoding="utf-8").split("## Commands", 1)[1]
+    listed = set(re.findall(r"^\| `grader_cli\.py ([\w-]+)", table, flags=re.M))
+    assert listed == set(cli.commands), (f"expected the commands table of instructor/setup.md to list every command, "
+                                         f"missing {sorted(set(cli.commands) - listed)}, "
+                                         f"not commands {sorted(listed - set(cli.commands))}")
+
+
 def test_every_make_target_named_is_the_makefiles():
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     targets = set(re.findall(r"^([a-z][\w-]*):", makefile, re.M))
