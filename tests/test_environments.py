@@ -41,7 +41,7 @@ from autograder import LEVELS
 from autograder.grade.engine import grade
 from autograder.sandbox.errors import GraderUnavailable
 from autograder.sandbox.isolation import choose_isolation
-from tests.conftest import ROOT, SOLUTIONS, SPARE_UID, as_uid
+from tests.conftest import ROOT, SOLUTIONS, SPARE_UID, _readable_mirror, as_uid
 
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes
 
@@ -75,6 +75,25 @@ def place(student_python):
             os.chmod(os.path.join(folder, name), os.stat(os.path.join(folder, name)).st_mode | 0o644)
     yield Place(top, kit, top / "venv-link" / "bin" / "python", klass)
     shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.mark.skipif(not (ROOT_USER and HAS_SETPRIV), reason="needs root and setpriv to read as another uid")
+def test_the_readable_mirror_lets_the_unprivileged_uid_read_a_private_tree(world_readable_tmp):
+    """The unprivileged tier's interpreter reads the venv's packages through this mirror where the clone's
+    folder is closed to other users (tests/conftest.py, readable_python): files of every mode, links kept."""
+    private = world_readable_tmp / "private"
+    (private / "pkg" / "sub").mkdir(parents=True)
+    (private / "pkg" / "open.py").write_text("open")
+    (private / "pkg" / "sub" / "closed.py").write_text("closed")
+    (private / "pkg" / "sub" / "closed.py").chmod(0o600)
+    (private / "pkg" / "link.py").symlink_to("open.py")
+    private.chmod(0o700)
+    mirror = _readable_mirror(private / "pkg", world_readable_tmp / "mirror")
+    read = ("import sys; print(open(sys.argv[1]).read() + open(sys.argv[2]).read() + open(sys.argv[3]).read())")
+    proc = subprocess.run(as_uid(["/usr/bin/python3", "-c", read, str(mirror / "open.py"),
+                                  str(mirror / "sub" / "closed.py"), str(mirror / "link.py")]),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "openclosedopen", f"expected uid {SPARE_UID} to read the mirror, got {proc.stderr}"
 
 
 @pytest.fixture(scope="module")
