@@ -12,11 +12,15 @@ attacks (replayed answers, a table of the inputs, CPU burners while the
 references are timed). By default one busy loop per core runs beside it all
 (`--busy 0`: none). Prints, per module and for all, passes and the three
 figures (min, median, max), then a table of the worst honest figure against
-the best cheating one.
+the best cheating one. `--details FILE`: every run whose outcome was not the
+expected one (an honest module failing, a cheating one passing) is written
+there, one JSON line each (the report's timing record: every figure, the
+seeds, the rounds discarded and the run delay taken off).
 
-    python benchmarks/speedup_reliability.py [--runs 200] [--cheat-runs N] [--busy N] [--only NAME ...]
+    python benchmarks/speedup_reliability.py [--runs 200] [--cheat-runs N] [--busy N] [--only NAME ...] [--details FILE]
 """
 import argparse
+import json
 import math
 import os
 import statistics
@@ -45,14 +49,18 @@ FIGURES = {"relative_growth": ("growth over the reference fused module's", timin
            "slowdown": ("slowdown against the reference fused module", timing.MAX_SLOWDOWN, False)}
 
 
-def run(name, submission, runs):
+def run(name, submission, runs, details=None):
     values, passed, start = {f: [] for f in FIGURES}, 0, time.monotonic()
     for first in range(0, runs, CHUNK):
         with Sandbox(submission) as sandbox:
             timed = timing.build_timed(sandbox)
             for i in range(first, min(runs, first + CHUNK)):
                 m = timing.measure_until(timed)
-                passed += timing.passes(m)
+                ok = timing.passes(m)
+                passed += ok
+                if details is not None and ok != (name in HONEST):
+                    with open(details, "a") as out:
+                        out.write(json.dumps({"module": name, "run": i + 1, "passed": ok, **m.to_dict()}) + "\n")
                 for f in FIGURES:
                     values[f].append(getattr(m, f) if m.verified and m.vouched else math.nan)
                 if (i + 1) % 20 == 0:
@@ -73,6 +81,7 @@ def main():
                         help="runs of each cheating module (default: --runs; each takes ~4x an honest one's time)")
     parser.add_argument("--busy", type=int, default=os.cpu_count(), help="busy loops beside it (default: one per core)")
     parser.add_argument("--only", nargs="*", help="modules to run (default: all): reference, or corpus ids")
+    parser.add_argument("--details", help="a file to append each unexpected run's figures to (JSON lines)")
     args = parser.parse_args()
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     results = {}
@@ -93,7 +102,7 @@ def main():
                 else:
                     folder = materialize(cases[name], Path(tmp) / name, SOLUTIONS)
                 runs = args.runs if name in HONEST or args.cheat_runs is None else args.cheat_runs
-                results[name] = run(name, folder, runs)
+                results[name] = run(name, folder, runs, args.details)
     finally:
         for proc in busy:
             proc.kill()

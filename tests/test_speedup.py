@@ -2,7 +2,7 @@
 
 A fused module that sleeps 10 ms per forward pass (the reference stacked
 module takes about 3-7 ms here, the reference fused one about 0.2-0.3 ms) and a
-fused module that loops over 32 heads must fail; patching the student
+fused module that loops over 64 heads must fail; patching the student
 process's timers must not help. The reference passing is part of
 test_scoring (the reference scores 100, graded cold as `grader_cli.py grade`
 does); these gradings go through the session's warm servers, as a class
@@ -140,7 +140,7 @@ for _table in [o for o in _gc.get_objects() if isinstance(o, dict) and "time" in
     def _no_work(req, _real=_real):  # the kit's own request handler, replaced: timed passes return at once
         if req.get("discard"):
             return _real(req)
-        return {"output": _torch.zeros(req["x"].shape[:-1] + (64,))}
+        return {"output": _torch.zeros(req["x"].shape[:-1] + (128,))}
     _table["time"] = _no_work
 '''
 
