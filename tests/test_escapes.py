@@ -136,6 +136,14 @@ def _udp():
         s.close()
 
 
+def _read(path):
+    """Read what the file holds; nothing read is no escape. A process that is exiting (a grading fork that just
+    ended, not yet reaped) has no memory left: the kernel then opens its maps for anyone, and it reads empty."""
+    with open(path, "rb") as fh:
+        if not fh.read(64):
+            raise OSError("empty")
+
+
 def _vm_read(libc, pid):
     class IoVec(_ct.Structure):
         _fields_ = [("base", _ct.c_void_p), ("len", _ct.c_size_t)]
@@ -202,8 +210,9 @@ def _escape():
         _try("ptrace of pid %d" % pid, lambda: _ptrace(libc, pid))
         _try("process_vm_readv of pid %d" % pid, lambda: _vm_read(libc, pid))
     for pid in grader:
-        for entry in ("environ", "mem", "maps"):
-            _try("read /proc/%d/%s" % (pid, entry), lambda: open("/proc/%d/%s" % (pid, entry), "rb").close())
+        _try("read /proc/%d/mem" % pid, lambda: open("/proc/%d/mem" % pid, "rb").close())
+        for entry in ("environ", "maps"):
+            _try("read /proc/%d/%s" % (pid, entry), lambda: _read("/proc/%d/%s" % (pid, entry)))
         for entry in ("fd", "cwd", "root"):
             _try("list /proc/%d/%s" % (pid, entry), lambda: _os.listdir("/proc/%d/%s" % (pid, entry)))
     _daemon()

@@ -129,36 +129,73 @@ PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(28, 4, -1)] + [
     "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
 
 
-@pytest.mark.grading  # the slow tier: each downloads the wheels it resolves (tens of seconds)
-@pytest.mark.parametrize("version", checked_versions())
-def test_the_lock_resolves_for_each_supported_python(version, tmp_path):
-    """What make setup installs besides torch (requirements.txt under the lock, and torch's own dependencies as
-    the lock pins them), resolved by pip for CPython `version` on Linux x86_64: it resolves, and every package it
-    takes is pinned in the lock."""
+def resolution_args(version, folder: Path) -> list[str]:
+    """pip's arguments for resolving, in `folder`, what make setup installs besides torch (requirements.txt under the
+    lock, and torch's own dependencies as the lock pins them) for CPython `version` on Linux x86_64."""
+    torch_deps = folder / "torch-dependencies.txt"
+    torch_deps.write_text("".join(f"{req}\n" for req, via in lock_entries()
+                                  if "torch" in via and not GPU_STACK.match(canonicalize_name(req.name))))
+    return ["install", "--dry-run", "--ignore-installed", "--disable-pip-version-check", "--no-input",
+            "--timeout", "15", "--retries", "2", "--target", str(folder / "target"),
+            "--python-version", version, "--implementation", "cp", "--only-binary", ":all:",
+            *[arg for platform in PLATFORMS for arg in ("--platform", platform)],
+            "-r", str(REQUIREMENTS), "-r", str(torch_deps), "-c", str(LOCK), "--report", str(folder / "report.json")]
+
+
+@pytest.fixture(scope="module")
+def resolutions(tmp_path_factory):
+    """{version: (pip's exit status, what it said, its report or None)} for every checked Python.
+
+    The resolutions wait on the package index most of their time, so they run at once, each its own pip, and
+    once in a session: the first xdist worker to need them runs them all, under a lock in the session's folder,
+    and the others read what it wrote (one after another, the five took 46-97 s each)."""
     from importlib.metadata import version as installed
+
+    from filelock import FileLock
 
     pip = tuple(int(part) for part in installed("pip").split(".")[:2] if part.isdigit())
     if pip < (23, 2):  # Debian 12's venvs come with pip 23.0.1
         pytest.skip(f"pip {installed('pip')} checks a package's Requires-Python against the Python it runs on, not "
                     "--python-version: it cannot resolve for another Python (pip 23.2 and later can)")
-    torch_deps = tmp_path / "torch-dependencies.txt"
-    torch_deps.write_text("".join(f"{req}\n" for req, via in lock_entries()
-                                  if "torch" in via and not GPU_STACK.match(canonicalize_name(req.name))))
-    report = tmp_path / "report.json"
-    args = ["install", "--dry-run", "--ignore-installed", "--disable-pip-version-check", "--no-input",
-            "--timeout", "15", "--retries", "2", "--target", str(tmp_path / "target"),
-            "--python-version", version, "--implementation", "cp", "--only-binary", ":all:",
-            *[arg for platform in PLATFORMS for arg in ("--platform", platform)],
-            "-r", str(REQUIREMENTS), "-r", str(torch_deps), "-c", str(LOCK), "--report", str(report)]
-    proc = subprocess.run([sys.executable, "-m", "pip", *args], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=600)
-    said = proc.stdout + proc.stderr
-    if proc.returncode and any(sign in said for sign in NETWORK_TROUBLE):
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the session's, for every worker
+    done = shared / "lock-resolutions.json"
+    with FileLock(str(shared / "lock-resolutions.lock")):
+        if not done.exists():
+            running = {}
+            for version in checked_versions():
+                folder = shared / f"lock-resolution-{version}"
+                folder.mkdir(exist_ok=True)
+                running[version] = (folder, subprocess.Popen(
+                    [sys.executable, "-m", "pip", *resolution_args(version, folder)], cwd=folder,
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            results = {}
+            deadline = time.monotonic() + 600
+            for version, (folder, proc) in running.items():
+                try:
+                    said, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    said = proc.communicate()[0] + "\n(stopped after 600 s)"
+                report = folder / "report.json"
+                results[version] = (proc.returncode, said, report.read_text() if report.exists() else None)
+            done.write_text(json.dumps(results))
+    return {version: tuple(result) for version, result in json.loads(done.read_text()).items()}
+
+
+@pytest.mark.grading  # the slow tier: the resolutions download the wheels they consider (tens of seconds)
+@pytest.mark.parametrize("version", checked_versions())
+def test_the_lock_resolves_for_each_supported_python(version, resolutions):
+    """What make setup installs besides torch (requirements.txt under the lock, and torch's own dependencies as
+    the lock pins them), resolved by pip for CPython `version` on Linux x86_64: it resolves, and every package it
+    takes is pinned in the lock."""
+    returncode, said, report = resolutions[version]
+    if returncode and any(sign in said for sign in NETWORK_TROUBLE):
         pytest.skip(f"the package index cannot be reached from here: {next(l for l in said.splitlines() if any(s in l for s in NETWORK_TROUBLE))[:300]}")
     said = "\n".join(l for l in said.splitlines() if not l.startswith("WARNING: Location"))  # a local index's gaps
-    assert proc.returncode == 0, f"expected requirements.lock to resolve on Python {version}, pip said:\n{said[-4000:]}"
+    assert returncode == 0, f"expected requirements.lock to resolve on Python {version}, pip said:\n{said[-4000:]}"
     taken = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"]
-             for i in json.loads(report.read_text())["install"]}
+             for i in json.loads(report)["install"]}
     assert ("numpy" in taken and "nbgrader" in taken), f"expected a whole set-up resolved, got {sorted(taken)}"
     # pip read the markers off this Python, not `version`'s: a package is pinned if a line of the lock names it
     lock = {}

@@ -79,8 +79,19 @@ def test_measurement_thresholds():
     assert "your fused 4000000 us" in slow.describe()
 
 
+def test_each_timed_check_names_the_threshold_in_force():
+    """The check's description (the student's feedback, the points table) says the limit the grading applies: a
+    threshold changed in timing.py alone once left "at least 3x" on a check that asked for 4x."""
+    from autograder.graders import test_mha
+
+    for check, limit in ((test_mha.test_fused_time_does_not_grow_with_heads, timing.GROWTH_LIMIT),
+                         (test_mha.test_fused_faster_than_reference_stacked, timing.MIN_SPEEDUP),
+                         (test_mha.test_fused_close_to_reference_fused, timing.MAX_SLOWDOWN)):
+        assert f" {limit:g}x " in check.__doc__, f"{check.__name__}: expected {limit:g}x in {check.__doc__!r}"
+
+
 def test_growth_in_heads_counts_the_time_with_few_heads_at_most_as_the_reference_fused_modules():
-    """A module's growth from FEW_HEADS to 32 heads is judged against the reference fused module's; being slow with
+    """A module's growth from FEW_HEADS to 64 heads is judged against the reference fused module's; being slow with
     few heads flattens nothing: that time counts at most as the reference's."""
     fused = timing.Measurement(1.2, 8.0, 1.0, student_few=1.1, reference_stacked_few=0.5, reference_fused_few=0.9)
     assert fused.flat_in_heads, fused.relative_growth

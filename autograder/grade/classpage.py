@@ -36,7 +36,7 @@ from pathlib import Path
 from autograder import MODULES
 from autograder.files import SHARED, write_atomic
 from autograder.grade import batch, shards
-from autograder.report.html import _STYLE, _code_spans, _e
+from autograder.report.html import STYLE, code_spans, esc
 from autograder.report.model import STATUSES, TestResult, cause, csv_cell, entries, not_started, safe_line
 from autograder.scoring import NOT_HANDED_IN, fmt
 from autograder.submission import intake
@@ -357,7 +357,7 @@ def _drawn(picture: str) -> str:
 
 
 # -- class.html --------------------------------------------------------------------------------------------
-_PAGE_STYLE = _STYLE + """
+_PAGE_STYLE = STYLE + """
 .charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(16rem,1fr));gap:1rem}
 .checks{font-size:.9rem}.checks td,.checks th{padding:.25rem .35rem}.checks .n{text-align:right}
 .checks th.n{overflow-wrap:normal;hyphens:auto}
@@ -366,7 +366,7 @@ _PAGE_STYLE = _STYLE + """
 
 
 def _ids_html(ids) -> str:
-    return ", ".join(_e(i) for i in ids)
+    return ", ".join(esc(i) for i in ids)
 
 
 def _share(n, of) -> str:
@@ -390,12 +390,12 @@ def _chart(summary, module) -> str:
         ordered = sorted(values)
         mid = len(ordered) // 2
         median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-        caption = (f"{_e(what)}: mean {fmt(round(sum(values) / len(values), 2))}, median {fmt(round(median, 2))}, "
+        caption = (f"{esc(what)}: mean {fmt(round(sum(values) / len(values), 2))}, median {fmt(round(median, 2))}, "
                    f"lowest {fmt(min(values))}, highest {fmt(max(values))}")
     else:
-        caption = f"{_e(what)}: no graded submission"
-    image = (f'<img alt="{_e(alt)}" src="data:image/png;base64,{png}" width="400" height="220">' if png
-             else f"<p class='note'>{_e(alt)}</p>")
+        caption = f"{esc(what)}: no graded submission"
+    image = (f'<img alt="{esc(alt)}" src="data:image/png;base64,{png}" width="400" height="220">' if png
+             else f"<p class='note'>{esc(alt)}</p>")
     return f"<figure>{image}<figcaption>{caption}</figcaption></figure>"
 
 
@@ -411,7 +411,7 @@ def to_html(summary: ClassSummary) -> str:
              f"<p><b>{n} submission{'s' if n != 1 else ''}</b>{': ' + counts if counts else ''}.</p>"]
     if summary.shard is not None:
         k, shards_ = summary.shard
-        parts.append(f"<p class='bad'>This output is shard {_e(k)} of {_e(shards_)}: the page covers this shard's "
+        parts.append(f"<p class='bad'>This output is shard {esc(k)} of {esc(shards_)}: the page covers this shard's "
                      "submissions only. Merge the shards (<code>grader_cli.py merge</code>) for the class's page.</p>")
     parts.append("<p class='note'>Computed from this output's gradebook.csv and each submission's results.json; "
                  "class.csv, beside this page, holds every figure with the ids it counts. Figures are of the "
@@ -432,7 +432,7 @@ def to_html(summary: ClassSummary) -> str:
                      "submissions.</p><ol class='ranked'>")
         for d in summary.diagnoses:
             parts.append(f"<li><b>{_share(len(d.ids), len(graded))}</b> <span class='sub'>in "
-                         f"{_e(', '.join(d.modules))}</span><br>Likely bug: {_e(d.text)}"
+                         f"{esc(', '.join(d.modules))}</span><br>Likely bug: {esc(d.text)}"
                          f"<details class='ids'><summary>ids ({len(d.ids)})</summary>{_ids_html(d.ids)}</details></li>")
         parts.append("</ol>")
     else:
@@ -440,8 +440,8 @@ def to_html(summary: ClassSummary) -> str:
     for title, found in (("Modules not started (every function still raises NotImplementedError)",
                           summary.not_started), ("Modules not handed in", summary.not_handed_in)):
         if found:
-            parts.append(f"<h3>{_e(title)}</h3><ul>")
-            parts += [f"<li><b>{_e(module)}</b>: {_share(len(ids), len(graded))}<details class='ids'><summary>ids"
+            parts.append(f"<h3>{esc(title)}</h3><ul>")
+            parts += [f"<li><b>{esc(module)}</b>: {_share(len(ids), len(graded))}<details class='ids'><summary>ids"
                       f"</summary>{_ids_html(ids)}</details></li>" for module, ids in found.items()]
             parts.append("</ul>")
 
@@ -459,7 +459,7 @@ def to_html(summary: ClassSummary) -> str:
             more = "".join(f"<details class='ids'><summary>{label} ({len(ids)})</summary>{_ids_html(ids)}</details>"
                            for label, ids in (("failed", failed), ("with a note", noted)) if ids)
             cls = " class='n bad'" if failed else " class='n'"
-            parts.append(f"<tr><td><span class='sub'>{_e(check.module)}:</span> {_code_spans(check.name)}{more}</td>"
+            parts.append(f"<tr><td><span class='sub'>{esc(check.module)}:</span> {code_spans(check.name)}{more}</td>"
                          f"<td class='n'>{len(check.ids(PASSED))}</td><td class='n'>{len(noted)}</td>"
                          f"<td{cls}>{len(failed)}</td><td class='n'>{len(check.ids(NOT_GRADED))}</td></tr>")
         parts.append("</table>")
@@ -474,25 +474,25 @@ def to_html(summary: ClassSummary) -> str:
         parts.append("<p class='ok'>Every submission was graded.</p>")
     for status in others:
         ids = summary.with_status(status)
-        parts.append(f"<h3>{_e(status)} ({len(ids)}): {_e(meaning.get(status, ''))}</h3><ul>")
-        parts += [f"<li>{_e(i)}: <span class='sub'>{_e(summary.rows[i].error)}</span></li>" for i in ids]
+        parts.append(f"<h3>{esc(status)} ({len(ids)}): {esc(meaning.get(status, ''))}</h3><ul>")
+        parts += [f"<li>{esc(i)}: <span class='sub'>{esc(summary.rows[i].error)}</span></li>" for i in ids]
         parts.append("</ul>")
     if summary.unreadable:
         parts.append(f"<h3>Reports that could not be read ({len(summary.unreadable)})</h3><p class='note'>Counted "
                      "as not graded on every check.</p><ul>")
-        parts += [f"<li>{_e(i)}: <span class='sub'>{_e(why)}</span></li>" for i, why in summary.unreadable]
+        parts += [f"<li>{esc(i)}: <span class='sub'>{esc(why)}</span></li>" for i, why in summary.unreadable]
         parts.append("</ul>")
 
     parts.append("<h2 id='graded-by'>What graded them</h2><ul>")
     for made_by, ids in summary.graded_by:
-        parts.append(f"<li>{_e(_what_graded(made_by))}: <b>{len(ids)}</b> submission{'s' if len(ids) != 1 else ''}"
+        parts.append(f"<li>{esc(_what_graded(made_by))}: <b>{len(ids)}</b> submission{'s' if len(ids) != 1 else ''}"
                      + (f"<details class='ids'><summary>ids</summary>{_ids_html(ids)}</details>"
                         if len(summary.graded_by) > 1 else "") + "</li>")
     levels = {}
     for i, r in summary.rows.items():
         levels.setdefault(r.isolation or "not recorded", []).append(i)
     parts.append("</ul><p>Isolation of student code: "
-                 + "; ".join(f"{_e(level)} ({len(ids)})" for level, ids in levels.items()) + ".</p>")
+                 + "; ".join(f"{esc(level)} ({len(ids)})" for level, ids in levels.items()) + ".</p>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 

@@ -46,7 +46,7 @@ from autograder.files import SHARED, write_atomic
 from autograder.grade import batch
 from autograder.submission.take import SubmissionError, taken
 from autograder.paths import KIT
-from autograder.report.html import _STYLE, _e
+from autograder.report.html import STYLE, esc
 from autograder.report.model import csv_cell, safe_line
 from autograder.submission import intake
 
@@ -455,16 +455,16 @@ def _marked(code: str, slices: list) -> str:
             s, e = max(start, lo), min(end, hi)
             if s >= e:
                 continue
-            pieces.append(_e(code[cursor:s]) + "<mark>" + _e(code[s:e]) + "</mark>")
+            pieces.append(esc(code[cursor:s]) + "<mark>" + esc(code[s:e]) + "</mark>")
             cursor = e
-        pieces.append(_e(code[cursor:hi]))
+        pieces.append(esc(code[cursor:hi]))
         out.append(f"<span class='ln'>{n + 1:>4}</span> " + "".join(pieces))
     if gap and out:
         out.append("<span class='gap'>…</span>")
     return "\n".join(out)
 
 
-_PAGE_STYLE = _STYLE + """
+_PAGE_STYLE = STYLE + """
 .side{display:grid;grid-template-columns:repeat(auto-fit,minmax(18rem,1fr));gap:.8rem}
 .side pre{font-size:.8rem;margin:0;overflow-x:auto;white-space:pre-wrap}mark{background:#ffe08a}
 .ln{color:#999}.gap{color:#999}.verdict{border-left:4px solid #a4161a;padding:.4rem .8rem;background:#fff5f5}
@@ -477,7 +477,7 @@ def to_html(result: Result) -> str:
              "<title>Similar submissions: multi-head attention</title>",
              f"<style>{_PAGE_STYLE}</style></head><body>",
              "<h1>Similar submissions: multi-head attention assignment</h1>",
-             f"<p class='verdict'><b>{_e(EVIDENCE)}</b></p>",
+             f"<p class='verdict'><b>{esc(EVIDENCE)}</b></p>",
              f"<p class='note'>{len(result.compared)} submissions compared, module with module, the code given to "
              f"every student left out (the student template and its released notebooks), and so is code that more "
              f"than {result.max_share} submissions share (what many write alike). Similarity: the share of one "
@@ -492,11 +492,11 @@ def to_html(result: Result) -> str:
                      "code: a solution that went round would not show here. Run the command again with --max-share "
                      "above the size of such a group (the class size shows every group).</p><details><summary>"
                      "Mostly common code</summary><ul>"
-                     + "".join(f"<li>{_e(i)}: {_percent(share)} of its fingerprints</li>"
+                     + "".join(f"<li>{esc(i)}: {_percent(share)} of its fingerprints</li>"
                                for i, share in result.mostly_common) + "</ul></details>")
     if result.left_out:
         parts.append(f"<details><summary>Not compared ({len(result.left_out)})</summary><ul>"
-                     + "".join(f"<li>{_e(i)}: {_e(why)}</li>" for i, why in result.left_out.items())
+                     + "".join(f"<li>{esc(i)}: {esc(why)}</li>" for i, why in result.left_out.items())
                      + "</ul></details>")
     if not result.pairs:
         parts.append(f"<p class='ok'>No two submissions share {_percent(result.min_similarity)} of their code or "
@@ -505,22 +505,22 @@ def to_html(result: Result) -> str:
         parts.append("<table><tr><th class='n'>#</th><th>pair</th><th class='n'>a in b</th><th class='n'>b in a"
                      "</th><th>modules</th></tr>")
         for rank, p in enumerate(result.pairs, 1):
-            parts.append(f"<tr><td class='n'>{rank}</td><td><a href='#pair-{rank}'>{_e(p.a)} and {_e(p.b)}</a></td>"
+            parts.append(f"<tr><td class='n'>{rank}</td><td><a href='#pair-{rank}'>{esc(p.a)} and {esc(p.b)}</a></td>"
                          f"<td class='n'>{_percent(p.similarity_a)}</td><td class='n'>{_percent(p.similarity_b)}</td>"
-                         f"<td>{_e(', '.join(s.module for s in p.shared))}</td></tr>")
+                         f"<td>{esc(', '.join(s.module for s in p.shared))}</td></tr>")
         parts.append("</table>")
     for rank, p in enumerate(result.pairs, 1):
-        parts.append(f"<h2 id='pair-{rank}'>{rank}. {_e(p.a)} and {_e(p.b)}</h2>"
-                     f"<p>{_percent(p.similarity_a)} of {_e(p.a)}'s own code is in {_e(p.b)}'s, "
-                     f"{_percent(p.similarity_b)} of {_e(p.b)}'s in {_e(p.a)}'s ({p.shared_chars} characters shared, "
+        parts.append(f"<h2 id='pair-{rank}'>{rank}. {esc(p.a)} and {esc(p.b)}</h2>"
+                     f"<p>{_percent(p.similarity_a)} of {esc(p.a)}'s own code is in {esc(p.b)}'s, "
+                     f"{_percent(p.similarity_b)} of {esc(p.b)}'s in {esc(p.a)}'s ({p.shared_chars} characters shared, "
                      "names and comments aside). Shared regions are marked.</p>")
         for s in p.shared:
-            parts.append(f"<h3>{_e(s.module)}.py</h3><div class='side'>")
+            parts.append(f"<h3>{esc(s.module)}.py</h3><div class='side'>")
             for sub, slices in ((p.a, s.slices_a), (p.b, s.slices_b)):
                 code = result.sources.get(sub, {}).get(s.module, "")
-                parts.append(f"<div><b>{_e(sub)}</b><pre>{_marked(code, slices)}</pre></div>")
+                parts.append(f"<div><b>{esc(sub)}</b><pre>{_marked(code, slices)}</pre></div>")
             parts.append("</div>")
-    parts.append(f"<p class='note'>{_e(EVIDENCE)}</p></body></html>")
+    parts.append(f"<p class='note'>{esc(EVIDENCE)}</p></body></html>")
     return "\n".join(parts) + "\n"
 
 

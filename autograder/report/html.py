@@ -175,7 +175,7 @@ def _drawn(picture: str) -> str:
 # -- HTML -------------------------------------------------------------------------------------------------
 # Readable on a phone: the viewport meta, pictures that shrink to the width, and long words (a submission
 # id, a tensor printed on one line) broken anywhere rather than pushing the page sideways.
-_STYLE = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222;
+STYLE = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222;
 overflow-wrap:anywhere}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3rem .8rem;text-align:left}
 .ok{color:#176f2c}.bad{color:#a4161a}.note{color:#555;font-style:italic}
@@ -184,14 +184,14 @@ img{max-width:100%;height:auto}figure{margin:1rem 0}figcaption{font-size:.9rem;c
 h1{font-size:1.6rem}summary{cursor:pointer;font-weight:600}li{margin:.3rem 0}"""
 
 
-def _e(text) -> str:
+def esc(text) -> str:
     """Every string shown: its control characters escaped, then HTML-escaped (quotes too: fit for attributes)."""
     return html.escape(safe_text(text))
 
 
-def _code_spans(text) -> str:
+def code_spans(text) -> str:
     """A check's name as HTML: escaped, its `code` spans (Markdown's backticks) as <code>."""
-    return re.sub(r"`([^`\n]+)`", r"<code>\1</code>", _e(text))
+    return re.sub(r"`([^`\n]+)`", r"<code>\1</code>", esc(text))
 
 
 def _picture(t) -> str:
@@ -206,11 +206,11 @@ def _picture(t) -> str:
         except Exception:  # a recording the checks above let through never costs the feedback
             why = "the weights could not be drawn"
     if why:
-        return f"<p class='note'>No picture of the attention weights: {_e(why)}.</p>"
+        return f"<p class='note'>No picture of the attention weights: {esc(why)}.</p>"
     alt = f"Attention weights for {t.module}: {t.name.replace('`', '')}: yours (left) and the reference's (right)"
     caption = data.get("title") or t.name
-    return (f'<figure><img alt="{_e(alt)}" src="data:image/png;base64,{png}" width="640" height="320">'
-            f"<figcaption>{_e(caption)}</figcaption></figure>")
+    return (f'<figure><img alt="{esc(alt)}" src="data:image/png;base64,{png}" width="640" height="320">'
+            f"<figcaption>{esc(caption)}</figcaption></figure>")
 
 
 def _cost(report, t) -> str:
@@ -224,8 +224,8 @@ def _check(t, heading="h3", report=None, message=None) -> str:
     cost = (f" <span class='bad'>(-{_cost(report, t) if report else f'{t.points:g}'})</span>"
             if t.status == "failed" else "")
     message = t.message if message is None else message
-    message = f"<pre>{_e(message)}</pre>" if message else ""
-    return f"<{heading}>{_e(t.module)}: {_code_spans(t.name)}{cost}</{heading}>{message}{_picture(t)}"
+    message = f"<pre>{esc(message)}</pre>" if message else ""
+    return f"<{heading}>{esc(t.module)}: {code_spans(t.name)}{cost}</{heading}>{message}{_picture(t)}"
 
 
 def _entry(e, report=None) -> str:
@@ -234,30 +234,30 @@ def _entry(e, report=None) -> str:
     if not e.module:
         return "".join(_check(t, report=report, message=e.message if t is e.tests[-1] else "") for t in e.tests)
     lost = fmt(sum(report.check_figures(t)[1] for t in e.tests)) if report else ""
-    return (f"<h3>{_e(e.module)}: {_e(e.message)} ({len(e.tests)} checks)"
+    return (f"<h3>{esc(e.module)}: {esc(e.message)} ({len(e.tests)} checks)"
             + (f" <span class='bad'>(-{lost})</span>" if lost else "") + "</h3>")
 
 
 def to_html(report: GradeReport) -> str:
     parts = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
              "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-             f"<title>Feedback for {_e(report.submission)}: multi-head attention</title>",
-             f"<style>{_STYLE}</style></head><body>",
-             f"<h1>Feedback for {_e(report.submission)}: multi-head attention assignment</h1>",
-             f"<p><b>{_e(report.summary_line())}</b></p>"]
+             f"<title>Feedback for {esc(report.submission)}: multi-head attention</title>",
+             f"<style>{STYLE}</style></head><body>",
+             f"<h1>Feedback for {esc(report.submission)}: multi-head attention assignment</h1>",
+             f"<p><b>{esc(report.summary_line())}</b></p>"]
     if report.status != "graded":
-        parts.append(f"<p class='bad'>Grading {_e(report.status)}: {_e(report.error)}</p>")
+        parts.append(f"<p class='bad'>Grading {esc(report.status)}: {esc(report.error)}</p>")
     if report.has_score and report.tests:  # nothing graded: no table of 0 / 0
         parts.append("<table><tr><th>module</th><th>score</th></tr>")
         for module, (earned, available) in report.modules().items():
             cls = "ok" if earned == available and available else "bad"
-            parts.append(f"<tr><td>{_e(module)}</td><td class='{cls}'>{earned:g} / {available:g}</td></tr>")
+            parts.append(f"<tr><td>{esc(module)}</td><td class='{cls}'>{earned:g} / {available:g}</td></tr>")
         parts.append("</table>")
     if report.missing_lines():
-        parts.append(f"<h2>{_e(report.missing_lines()[0][:-1])}</h2><ul>"
-                     + "".join(f"<li>{_e(w)}</li>" for w in report.missing.values()) + "</ul>")
+        parts.append(f"<h2>{esc(report.missing_lines()[0][:-1])}</h2><ul>"
+                     + "".join(f"<li>{esc(w)}</li>" for w in report.missing.values()) + "</ul>")
     if report.notes:
-        parts.append("<h2>Files not graded</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in report.notes) + "</ul>")
+        parts.append("<h2>Files not graded</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in report.notes) + "</ul>")
     failed = report.to_fix() if report.status != "empty" else []  # empty: the reason above says it all
     if failed:
         parts.append("<h2>What to fix</h2>")
@@ -277,6 +277,6 @@ def to_html(report: GradeReport) -> str:
         parts.append(f"<p class='note'>Not graded on this machine: {len(skipped)} checks that need CUDA.</p>")
     printed = report.printed()
     if printed:
-        parts.append(f"<h2>{_e(PRINTED_TITLE)}</h2><pre>{_e(printed)}</pre>")
+        parts.append(f"<h2>{esc(PRINTED_TITLE)}</h2><pre>{esc(printed)}</pre>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
