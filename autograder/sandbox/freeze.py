@@ -48,6 +48,18 @@ def _stat(pid):
         return None
 
 
+def _describe(pid) -> str:
+    """`pid`'s command name, state and parent, as a short text (a process of the student's, its name its own)."""
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as fh:
+            name = fh.read(32).decode("ascii", "replace").strip()
+    except OSError:
+        name = "?"
+    stat = _stat(pid)
+    name = "".join(c if c.isprintable() else "?" for c in name)[:16]
+    return f"{name} (pid {pid}, state {stat[0]}, parent {stat[1]})" if stat else f"{name} (pid {pid}, gone)"
+
+
 def start_time(pid: int) -> str | None:
     """When `pid` started (in clock ticks since boot), which tells it from a later process given its number."""
     fields = _stat_fields(f"/proc/{pid}/stat")
@@ -151,6 +163,7 @@ class Freeze:
         self.before: dict[int, int] = {}
         self.ran_ns = 0  # CPU time the tree used during the block (0 when frozen)
         self.new: list[int] = []  # processes of the tree that appeared during the block
+        self.new_names: list[str] = []  # of them, "<comm> (state S, parent P)" of the first few: what appeared
         self.clean: bool | None = None  # set on exit: nothing of the tree ran during the block
 
     def why(self) -> str:
@@ -161,7 +174,7 @@ class Freeze:
         if self.ran_ns:
             parts.append(f"the student's processes used {self.ran_ns / 1e6:.1f} ms of CPU")
         if self.new:
-            parts.append(f"{len(self.new)} new student process(es) appeared")
+            parts.append(f"{len(self.new)} new student process(es) appeared ({', '.join(self.new_names[:3])})")
         return " and ".join(parts) or "the student's processes could not be stopped"
 
     def stop(self):
@@ -199,6 +212,7 @@ class Freeze:
         after = {pid: cpu_ns(pid) for pid in self.stopped}
         grown = [after[p] - self.before.get(p, 0) for p in self.stopped if after[p] > self.before.get(p, 0)]
         self.new = [pid for pid in self._tree(self.root) if pid not in self.before]
+        self.new_names = [_describe(pid) for pid in self.new[:3]]
         self.ran_ns = sum(grown)
         self.clean = not grown and not self.new  # what counts is whether any of it ran, not how fast it stopped
         for pid in reversed(self.stopped):
