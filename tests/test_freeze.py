@@ -198,3 +198,38 @@ def test_retries_record_the_seed_and_rounds_of_every_try(monkeypatch):
     result = timing.measure_until(None)
     assert (result.seeds, result.rounds, result.discarded, result.details) == ((11, 22, 33), 15, 1, ["x"])
     assert result.to_dict()["seeds"] == [11, 22, 33]
+
+
+FORKS_ON_FLAG = r"""
+import os, sys, time
+sys.stdout.write("ready\n"); sys.stdout.flush()
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+if os.fork() == 0:
+    time.sleep(30)
+    os._exit(0)
+time.sleep(30)
+"""
+
+
+def test_a_process_that_appeared_during_the_block_is_named(tmp_path):
+    """A round discarded for a new process says which it is (its command, pid, state and parent): the one
+    clue to a process that appears where none should."""
+    flag = tmp_path / "fork-now"
+    proc = subprocess.Popen([sys.executable, "-c", FORKS_ON_FLAG, str(flag)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        with freeze.frozen(proc.pid) as fz:
+            flag.touch()
+            os.kill(proc.pid, signal.SIGCONT)  # as if it had escaped the freeze: it forks
+            deadline = time.monotonic() + 10
+            while len(freeze.tree(proc.pid)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        child = freeze.tree(proc.pid)[-1]
+        assert fz.clean is False and fz.new == [child], (fz.new, fz.why())
+        assert "1 new student process(es) appeared (python" in fz.why() and f"pid {child}, " in fz.why() \
+            and f"parent {proc.pid})" in fz.why(), fz.why()
+    finally:
+        for pid in reversed(freeze.tree(proc.pid)):
+            os.kill(pid, signal.SIGKILL)
+        proc.wait()

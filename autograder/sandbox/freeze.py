@@ -49,14 +49,14 @@ def _stat(pid):
 
 
 def _describe(pid) -> str:
-    """`pid`'s command name, state and parent, as a short text (a process of the student's, its name its own)."""
+    """`pid`'s command name, state and parent, as a short text. The name is the student's own (at most 16
+    bytes in the kernel): like every message, it is escaped where a report shows it (report/model.py)."""
     try:
         with open(f"/proc/{pid}/comm", "rb") as fh:
-            name = fh.read(32).decode("ascii", "replace").strip()
+            name = fh.read(32).decode("utf-8", "replace").strip()
     except OSError:
         name = "?"
     stat = _stat(pid)
-    name = "".join(c if c.isprintable() else "?" for c in name)[:16]
     return f"{name} (pid {pid}, state {stat[0]}, parent {stat[1]})" if stat else f"{name} (pid {pid}, gone)"
 
 
@@ -163,7 +163,7 @@ class Freeze:
         self.before: dict[int, int] = {}
         self.ran_ns = 0  # CPU time the tree used during the block (0 when frozen)
         self.new: list[int] = []  # processes of the tree that appeared during the block
-        self.new_names: list[str] = []  # of them, "<comm> (state S, parent P)" of the first few: what appeared
+        self.new_names: list[str] = []  # of the first three, "<comm> (pid N, state S, parent P)", read at resume
         self.clean: bool | None = None  # set on exit: nothing of the tree ran during the block
 
     def why(self) -> str:
@@ -174,7 +174,7 @@ class Freeze:
         if self.ran_ns:
             parts.append(f"the student's processes used {self.ran_ns / 1e6:.1f} ms of CPU")
         if self.new:
-            parts.append(f"{len(self.new)} new student process(es) appeared ({', '.join(self.new_names[:3])})")
+            parts.append(f"{len(self.new)} new student process(es) appeared ({', '.join(self.new_names)})")
         return " and ".join(parts) or "the student's processes could not be stopped"
 
     def stop(self):
