@@ -180,13 +180,19 @@ class Freeze:
     def stop(self):
         """Stop the tree: SIGSTOP every process in it, found again and again, until none is new and all are
         stopped at once (a stopped process cannot fork; one that runs may still resume another, e.g. a
-        watchdog thread sending SIGCONT to its burners, so whatever runs is stopped again)."""
+        watchdog thread sending SIGCONT to its burners, so whatever runs is stopped again).
+
+        The order matters: first whether all are stopped, then the tree. A SIGSTOP that lands while a process
+        forks takes effect when the fork returns, child made; a tree listed before that and a stopped state
+        read after it would miss the child, which then runs through the block (a neighbour's student process
+        being started, found "new" at resume, voided a whole measurement of make test). Listed after every
+        process was seen stopped, the tree holds every child any of them made."""
         deadline = time.monotonic() + SETTLE_SECONDS
         seen = set()
         while time.monotonic() < deadline:
+            running = [pid for pid in self.stopped if not _all_stopped(pid)]
             new = [pid for pid in self._tree(self.root) if pid not in seen]
             seen.update(new)
-            running = [pid for pid in self.stopped if not _all_stopped(pid)]
             if not new and not running:
                 break
             for pid in new + running:
