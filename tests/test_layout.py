@@ -189,7 +189,7 @@ LAYERS = [
       "autograder.sandbox.student_code",
       "autograder.sandbox.landlock", "autograder.sandbox.forkserver", "autograder.sandbox.forkclient",
       "autograder.sandbox.diskguard",
-      "autograder.sandbox.freeze", "autograder.sandbox.batchlock", "autograder.sandbox.selfcheck",
+      "autograder.sandbox.freeze", "autograder.sandbox.batchlock",
       "autograder.sandbox.lazy_dynamo", "autograder.sandbox.seeding", "autograder.sandbox.seccomp",
       "autograder.sandbox.standin"}),
     ("the report: the model and its formats",
@@ -202,8 +202,9 @@ LAYERS = [
       "autograder.graders", "autograder.graders.common", "autograder.graders.blame",
       "autograder.graders.test_attention", "autograder.graders.test_heads", "autograder.graders.test_masks",
       "autograder.graders.test_mha", "autograder.graders.test_positional"}),
-    ("the release step and the platforms: the student template and the tutorials it cites, Gradescope, nbgrader",
-     {"autograder.release", "autograder.tutorials", "autograder.integrations", "autograder.integrations.gradescope",
+    ("the release step and the platforms: the student template, its self-check and the tutorials it cites, "
+     "Gradescope, nbgrader",
+     {"autograder.release", "autograder.selfcheck", "autograder.tutorials", "autograder.integrations", "autograder.integrations.gradescope",
       "autograder.integrations.nbgrader_sync"}),
     ("the command line", {"autograder.cli", "autograder.__main__", "grader_cli"}),
 ]
@@ -286,7 +287,7 @@ def test_what_runs_outside_the_package_imports_nothing_of_the_kit():
     modules, graph = _kit_modules(), import_graph()
     beside = sorted(m for m in loaded if m not in modules)
     assert not beside, f"expected the student process's by-path siblings in its folder, missing {beside}"
-    alone = {"autograder.sandbox.student_process", "autograder.sandbox.selfcheck", "autograder.sandbox.forkserver",
+    alone = {"autograder.sandbox.student_process", "autograder.selfcheck", "autograder.sandbox.forkserver",
              *loaded}
     found = {m: sorted(graph[m]) for m in sorted(alone) if graph[m]}
     assert not found, f"expected these to import nothing of the kit, found {found}"
@@ -339,3 +340,14 @@ def test_the_grader_plugin_imports_no_torch_so_the_student_process_starts_first(
     proc = subprocess.run([sys.executable, "-c", "import sys, autograder.grade.plugin; print('torch' in sys.modules)"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "False", f"expected no torch imported by the plugin's imports: {proc.stdout}{proc.stderr}"
+
+
+def test_no_file_of_the_sandbox_is_over_about_300_lines():
+    """The sandbox is split by subsystem (nsjail's way: a file per mnt, net, user, pid, cgroup), each readable
+    at once: none over MAX_SANDBOX_LINES."""
+    long = {p.name: n for p in sorted((PACKAGE / "sandbox").glob("*.py"))
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_SANDBOX_LINES}
+    assert not long, f"expected every file of autograder/sandbox/ within {MAX_SANDBOX_LINES} lines, got {long}"
+
+
+MAX_SANDBOX_LINES = 330

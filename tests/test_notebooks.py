@@ -578,7 +578,7 @@ def test_the_grader_and_the_self_check_name_every_line_of_a_notebook_the_same_wa
     """The self-check runs alone on a student's machine and imports nothing of the kit, so it keeps its own
     reading of the `# --- cell N` markers (selfcheck._place): both readings agree on every line of a module that
     code can run from (a marker is a comment: no traceback names it)."""
-    from autograder.sandbox.selfcheck import _place
+    from autograder.selfcheck import _place
     from autograder.submission.notebooks import CellLines, notebook_source, place
 
     name = NOTEBOOKS["mha"]

@@ -279,7 +279,7 @@ def test_a_changed_marker_makes_release_check_name_everything_that_shows_points(
         "masks"].points + 1
     stale = release.check_sources()
     assert set(stale) == {f"assignments/mha/{n}" for n in release.NOTEBOOKS.values()} | {
-        "autograder/sandbox/selfcheck.py"} | _pages_with_blocks("points", "parts"), stale
+        "autograder/selfcheck.py"} | _pages_with_blocks("points", "parts"), stale
     assert set(release.check_template()) >= {*release.NOTEBOOKS.values(), "README.md", "selfcheck.py"}
 
 

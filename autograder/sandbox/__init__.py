@@ -16,8 +16,8 @@ this folder): a file per subsystem (channel.py, libc.py, namespaces.py, devices.
 rlimits.py, landlock.py, landlock_rules.py, seccomp.py, student_code.py, request_server.py) and the helpers
 shared with the trusted side (wire.py, lazy_dynamo.py, seeding.py, standin.py); and what confines or measures a
 process tree from outside: diskguard.py, freeze.py, batchlock.py, forkserver.py (generic warm fork servers) and
-forkclient.py (their owner's side); selfcheck.py, the students' public checks, runs in their own process as
-shipped.
+forkclient.py (their owner's side). (The students' public checks, which run in their own process as shipped,
+are autograder/selfcheck.py: not a part of the boundary.)
 
 Nothing is re-exported here: import a name from the module that defines it (so that a test's monkeypatch
 hits the module that reads it).

@@ -374,7 +374,7 @@ def cell_of(source: str, lineno: int) -> tuple[int, int] | None:
 
 def place(notebook: str, cell: int, line: int) -> str:
     """How a line of a notebook is named to its student, as the self-check names it
-    (autograder/sandbox/selfcheck.py, `_place`): "01_attention.ipynb, cell 7, line 3"."""
+    (autograder/selfcheck.py, `_place`): "01_attention.ipynb, cell 7, line 3"."""
     return f"{notebook}, cell {cell}, line {line}"
 
 
