@@ -385,8 +385,7 @@ def _grade_all(folder, output, jobs, force, shard, timeout, options):
     except shards.ShardError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_CANNOT_RUN)
-    entries, _, pending, changed, _ = planned
-    todo = len(pending)
+    entries, todo, changed = planned.entries, len(planned.todo), planned.changed
     since = f" ({changed} changed since the last run)" if changed else ""
     of_class = f" (shard {shard[0]}/{shard[1]} of the class)" if shard else ""
     click.echo(f"{len(entries)} submissions{of_class}, {len(entries) - todo} already graded, {todo} to grade{since}",

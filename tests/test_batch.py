@@ -259,7 +259,8 @@ def test_a_changed_submission_is_graded_again_and_the_summary_says_so(tmp_path):
     assert all(len(r["fingerprint"]) == 16 for r in book.values()), book
 
     shutil.copy(SOLUTIONS / "attention.py", subs / "bob" / "attention.py")  # bob corrects his attention
-    entries, _, todo, changed, _ = batch.plan(subs, out)
+    planned = batch.plan(subs, out)
+    todo, changed = planned.todo, planned.changed
     assert [i for i, _ in todo] == ["bob"] and changed == 1, (todo, changed)
     second = CliRunner().invoke(cli, ["grade-all", str(subs), "--output", str(out), "--jobs", "2"])
     assert second.exit_code == 0, second.output
@@ -275,16 +276,16 @@ def test_a_new_kit_or_new_limits_grade_everything_again(tmp_path, monkeypatch):
     (subs / "alice" / "attention.py").write_text("x = 1\n")
     out = tmp_path / "out"
     out.mkdir()
-    _, _, _, _, prints = batch.plan(subs, out)
+    prints = batch.plan(subs, out).prints
     batch.write_gradebook(out, {"alice": batch.Row("alice", 0, {}, "graded", 1.0, fingerprint=prints["alice"])})
     (out / "alice").mkdir()
     (out / "alice" / "results.json").write_text("{}")
-    assert batch.plan(subs, out)[2] == [], "expected nothing to grade when nothing changed"
+    assert batch.plan(subs, out).todo == [], "expected nothing to grade when nothing changed"
     from autograder.sandbox.limits import Limits
 
-    assert batch.plan(subs, out, limits=Limits(cpu_seconds=5))[3] == 1, "expected new limits to count as a change"
+    assert batch.plan(subs, out, limits=Limits(cpu_seconds=5)).changed == 1, "expected new limits to count as a change"
     monkeypatch.setattr(batch, "kit_digest", lambda: "another kit")
-    assert batch.plan(subs, out)[3] == 1, "expected a changed kit (graders, reference) to count as a change"
+    assert batch.plan(subs, out).changed == 1, "expected a changed kit (graders, reference) to count as a change"
 
 
 def test_an_id_named_like_the_kits_own_files_gets_a_folder_of_its_own(tmp_path):
@@ -301,7 +302,7 @@ def test_an_id_named_like_the_kits_own_files_gets_a_folder_of_its_own(tmp_path):
                            ("alice", "alice")]:
         heading = to_markdown(GradeReport(submission=sub_id)).splitlines()[0]  # the id, escaped for Markdown
         assert (out / folder / "feedback.md").read_text().splitlines()[0] == heading, f"expected {sub_id} in {folder}/"
-    assert batch.plan(subs, out)[2] == [], "expected a second run to find every row again"
+    assert batch.plan(subs, out).todo == [], "expected a second run to find every row again"
 
 
 def test_a_submission_whose_files_cannot_be_written_is_an_error_row_and_the_batch_goes_on(tmp_path):
@@ -420,7 +421,8 @@ def test_a_fix_behind_ten_thousand_data_files_is_graded_again_on_resume(tmp_path
     first = batch.grade_all(subs, out, jobs=1)
     assert first["hana"].status == "graded" and first["hana"].modules["masks"] < 8, first["hana"]
     shutil.copy(SOLUTIONS / "masks.py", subs / "hana" / "src" / "masks.py")
-    _, _, todo, changed, _ = batch.plan(subs, out)
+    planned = batch.plan(subs, out)
+    todo, changed = planned.todo, planned.changed
     assert [i for i, _ in todo] == ["hana"] and changed == 1, (todo, changed)
     second = batch.grade_all(subs, out, jobs=1)
     assert second["hana"].modules["masks"] == 8 and second["hana"].total == 100, second["hana"]

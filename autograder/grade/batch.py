@@ -42,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from autograder import MODULES, __version__
 from autograder.files import SHARED, remove_interrupted_writes, write_atomic
@@ -268,11 +269,19 @@ def _settings(timeout, call_timeout, options):
             "max_unzipped": number(options.get("max_unzipped") or intake.MAX_UNZIPPED)}
 
 
+class Plan(NamedTuple):
+    """What a class run will do, worked out once (every submission hashed once) and read by name."""
+    entries: list  # every (id, path) of the run
+    rows: dict  # the rows already in the gradebook, by row key
+    todo: list  # the (id, path) to grade
+    changed: int  # how many of `todo` changed since they were graded
+    prints: dict  # each id's fingerprint ("" when it could not be read)
+
+
 def plan(folder: Path, out: Path, *, force: bool = False, timeout: float = 300.0, call_timeout: float = 10.0,
-         entries=None, **options):
-    """(every (id, path), the rows already in the gradebook, the ids to grade, how many of them changed since
-    they were graded, and each id's fingerprint). `entries`: the (id, path) of this run, where it grades part of
-    the class (a shard: autograder.grade.shards); by default every entry of `folder`."""
+         entries=None, **options) -> Plan:
+    """The run's Plan. `entries`: the (id, path) of this run, where it grades part of the class (a shard:
+    autograder.grade.shards); by default every entry of `folder`."""
     entries = discover(folder) if entries is None else list(entries)
     rows = {} if force else read_gradebook(out)
     kit = kit_digest()
@@ -291,7 +300,7 @@ def plan(folder: Path, out: Path, *, force: bool = False, timeout: float = 300.0
         elif row.fingerprint != prints[i] or not prints[i]:
             todo.append((i, p))
             changed += 1
-    return entries, rows, todo, changed, prints
+    return Plan(entries, rows, todo, changed, prints)
 
 
 RESERVED = frozenset({GRADEBOOK, MANIFEST, CLASS_PAGE, CLASS_CSV})  # the kit's own files in OUT (its temporary
@@ -483,8 +492,8 @@ def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool =
 def _grade_all(folder, out, *, jobs, force, timeout, call_timeout, progress, warm, on_interrupt, planned,
                **options):
     remove_interrupted_writes(out / GRADEBOOK)  # a run killed while writing the gradebook left its beginning here
-    _, rows, todo, _, prints = planned or plan(folder, out, force=force, timeout=timeout,
-                                               call_timeout=call_timeout, **options)
+    planned = planned or plan(folder, out, force=force, timeout=timeout, call_timeout=call_timeout, **options)
+    rows, todo, prints = planned.rows, planned.todo, planned.prints
     jobs = jobs or os.cpu_count() or 1
     stopped = threading.Event()
     finished = set()

@@ -144,7 +144,7 @@ def prepare(folder: Path, out: Path, k: int, n: int, *, force: bool = False, tim
     entries = assigned(batch.discover(folder), k, n)
     planned = batch.plan(folder, out, force=force, timeout=timeout, call_timeout=call_timeout, entries=entries,
                          **options)
-    prints = planned[4]
+    prints = planned.prints
     out.mkdir(parents=True, exist_ok=True)
     remove_interrupted_writes(out / MANIFEST)  # a shard killed while writing its manifest left its beginning here
     write_atomic(out / MANIFEST, json.dumps({
