@@ -1,12 +1,16 @@
-"""The student process's channel to the trusted side (standard library only): private copies of the protocol
-pipes, and frames of an 8-byte big-endian length and a payload over them.
+"""The pipes between a student process and the trusted side (standard library only): frames of an 8-byte
+big-endian length and a payload, said here once for both ends.
 
-The payloads are the handshake's JSON and wire.py's requests and answers (student_process.py). The student
-process loads this file by path before it confines itself, and before any student code is imported.
+The student's end: private copies of the protocol pipes (`redirect`), `send` and `receive`; the student
+process loads this file by path before it confines itself, and before any student code is imported. The
+trusted end (client.py, isolation.py): `frame` and `read_frame`, with a deadline and a bound on the length.
+The payloads are the handshake's JSON and wire.py's requests and answers.
 """
 import os
+import select
 import struct
 import sys
+import time
 
 # I/O functions are captured before any student code is imported.
 _write = os.write
@@ -34,7 +38,7 @@ def redirect(log):
 
 def send(payload):
     """One frame out."""
-    view = memoryview(struct.pack(">Q", len(payload)) + payload)
+    view = memoryview(frame(payload))
     while view:
         view = view[_write(OUT, view):]
 
@@ -56,3 +60,40 @@ def receive():
         parts.append(chunk)
         left -= len(chunk)
     return b"".join(parts)
+
+
+class TooLong(ValueError):
+    """A frame whose length is over what the reader allows."""
+
+
+# -- the trusted side's end of the same frames -------------------------------------------------------------------
+def frame(payload: bytes) -> bytes:
+    """`payload` as one frame (`send` writes the same)."""
+    return struct.pack(">Q", len(payload)) + payload
+
+
+def read_exactly(fd, n, deadline) -> bytes:
+    """`n` bytes from `fd`; TimeoutError past `deadline` (a time.monotonic() figure, or an object whose `left()`
+    gives the seconds left, as batchlock.Deadline's, which may move), EOFError when the writer is gone first."""
+    parts, left = [], n
+    while left:
+        wait = deadline.left() if hasattr(deadline, "left") else deadline - time.monotonic()
+        if wait <= 0:
+            raise TimeoutError
+        if not select.select([fd], [], [], wait)[0]:
+            continue  # the deadline again: it may have moved
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise EOFError
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def read_frame(fd, deadline, limit: int, what: str = "a frame") -> bytes:
+    """One frame's bytes from `fd` (read_exactly's deadline and errors); TooLong, before any of them is read,
+    when its length says more than `limit` bytes (the student side writes the length: `what` names it)."""
+    (size,) = struct.unpack(">Q", read_exactly(fd, 8, deadline))
+    if size > limit:
+        raise TooLong(f"{what} of {size / (1 << 20):.1f} MiB")
+    return read_exactly(fd, size, deadline)

@@ -27,9 +27,8 @@ import struct
 import sys
 import time
 
-from autograder.sandbox import batchlock, freeze, wire
+from autograder.sandbox import batchlock, channel, freeze, wire
 from autograder.sandbox.errors import StudentError
-from autograder.sandbox.isolation import _read_exactly
 from autograder.sandbox.limits import Limits
 from autograder.sandbox.process import StudentProcess
 from autograder.sandbox.remote import RemoteModule, signature
@@ -54,17 +53,15 @@ class Sandbox(StudentProcess):
     # -- framing ------------------------------------------------------------
     @staticmethod
     def _frame(obj):
-        data = wire.encode_request(obj)  # views, shared storages, dtypes and devices as sent (wire.py)
-        return struct.pack(">Q", len(data)) + data
+        return channel.frame(wire.encode_request(obj))  # views, shared storages, dtypes and devices as sent (wire.py)
 
     def _read_raw(self, deadline, limit=MAX_ANSWER):
         """One answer's frame, unread (autograder/sandbox/wire.py); wire.Malformed for a frame over `limit` bytes."""
-        fd = self._proc.stdout.fileno()
-        (size,) = struct.unpack(">Q", _read_exactly(fd, 8, deadline))
-        if size > limit:
-            raise wire.Malformed(f"an answer of {size / (1 << 20):.1f} MiB (no answer to this request needs more "
-                                 f"than {limit / (1 << 20):g} MiB)")
-        return _read_exactly(fd, size, deadline)
+        try:
+            return channel.read_frame(self._proc.stdout.fileno(), deadline, limit, "an answer")
+        except channel.TooLong as exc:
+            raise wire.Malformed(f"{exc} (no answer to this request needs more than {limit / (1 << 20):g} MiB)") \
+                from None
 
     # -- requests -----------------------------------------------------------
     def request(self, owner, op, timeout=None, context="your code", answer_limit=MAX_ANSWER, **fields):

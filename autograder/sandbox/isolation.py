@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import struct
 import subprocess
@@ -17,7 +16,7 @@ import time
 from pathlib import Path
 
 from autograder import LEVELS, NAMESPACES_REMEDY
-from autograder.sandbox import batchlock
+from autograder.sandbox import channel
 from autograder.sandbox.errors import GraderUnavailable
 from autograder.sandbox.limits import WRITABLE, Limits, forbidden_paths, student_env
 
@@ -54,30 +53,10 @@ def refusals(probe):
     return out
 
 
-def _read_exactly(fd, n, deadline):
-    """`n` bytes from `fd`; TimeoutError past `deadline` (a time.monotonic() figure, or a batchlock.Deadline),
-    EOFError when the writer is gone first."""
-    parts, left = [], n
-    while left:
-        wait = deadline.left() if isinstance(deadline, batchlock.Deadline) else deadline - time.monotonic()
-        if wait <= 0:
-            raise TimeoutError
-        if not select.select([fd], [], [], wait)[0]:
-            continue  # the deadline again: a batch's measurement may have moved it
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            raise EOFError
-        parts.append(chunk)
-        left -= len(chunk)
-    return b"".join(parts)
-
-
-def _read_handshake(fd, deadline):
-    """The student process's first frame (JSON); EOFError or TimeoutError when it ends or hangs first."""
-    (size,) = struct.unpack(">Q", _read_exactly(fd, 8, deadline))
-    if size > 1 << 16:
-        raise ValueError(f"a handshake of {size} bytes")
-    answer = json.loads(_read_exactly(fd, size, deadline))
+def read_handshake(fd, deadline):
+    """The student process's first frame (JSON, at most 64 KiB); EOFError or TimeoutError when it ends or hangs
+    first, ValueError (channel.TooLong among them) when it is not an object of at most 64 KiB."""
+    answer = json.loads(channel.read_frame(fd, deadline, 1 << 16, "a handshake"))
     if not isinstance(answer, dict):
         raise ValueError("a handshake that is not an object")
     return answer
@@ -116,7 +95,7 @@ def _probe(level, python):
         except OSError as exc:
             return f"cannot start {python}: {exc}"
         try:
-            answer = _read_handshake(proc.stdout.fileno(), time.monotonic() + 60)
+            answer = read_handshake(proc.stdout.fileno(), time.monotonic() + 60)
         except (EOFError, TimeoutError, ValueError, struct.error) as exc:
             log = (tmp / "log").read_text(errors="replace").strip().splitlines()[-1:] if (tmp / "log").exists() else []
             answer = {"ready": False, "error": f"the probe process ended without a word ({type(exc).__name__}"

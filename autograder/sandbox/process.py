@@ -26,7 +26,7 @@ from autograder.sandbox import batchlock
 from autograder.sandbox.diskguard import DiskGuard
 from autograder.sandbox.errors import GraderUnavailable
 from autograder.sandbox.forkclient import Worker
-from autograder.sandbox.isolation import CHILD, _read_handshake, choose_isolation, refusals
+from autograder.sandbox.isolation import CHILD, choose_isolation, read_handshake, refusals
 from autograder.sandbox.limits import WRITABLE, Limits, forbidden_paths, student_env
 from autograder.submission import intake as _intake
 
@@ -233,7 +233,7 @@ class StudentProcess:
         if self._ready:
             return
         try:
-            answer = _read_handshake(self._proc.stdout.fileno(), batchlock.Deadline(self.start_timeout))
+            answer = read_handshake(self._proc.stdout.fileno(), batchlock.Deadline(self.start_timeout))
             why = None if answer.get("ready") else str(answer.get("error", "no reason given"))
         except TimeoutError:
             why = f"no handshake within {self.start_timeout:g} s"
