@@ -127,7 +127,7 @@ def _readable_python(folder: Path):
     (packages / "kit.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     ok, why = readable()
     if not ok and os.geteuid() == 0:
-        (packages / "kit.pth").write_text("\n".join(str(_readable_mirror(Path(p), folder / f"packages-{i}"))
+        (packages / "kit.pth").write_text("\n".join(str(readable_mirror(Path(p), folder / f"packages-{i}"))
                                                     for i, p in enumerate(site.getsitepackages())) + "\n")
         ok, why = readable()
     if not ok:
@@ -135,7 +135,7 @@ def _readable_python(folder: Path):
     return str(python), None
 
 
-def _readable_mirror(source: Path, mirror: Path) -> Path:
+def readable_mirror(source: Path, mirror: Path) -> Path:
     """`source`'s tree again at `mirror`, every folder 0755 and every file readable by any uid: a hard link to
     a file that is readable already (same file system), else a copy of mode 0644 (0755 if executable)."""
     for top, folders, files in os.walk(source):

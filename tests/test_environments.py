@@ -41,7 +41,7 @@ from autograder import LEVELS
 from autograder.grade.engine import grade
 from autograder.sandbox.errors import GraderUnavailable
 from autograder.sandbox.isolation import choose_isolation
-from tests.conftest import ROOT, SOLUTIONS, SPARE_UID, _readable_mirror, as_uid
+from tests.conftest import ROOT, SOLUTIONS, SPARE_UID, readable_mirror, as_uid
 
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes
 
@@ -88,7 +88,7 @@ def test_the_readable_mirror_lets_the_unprivileged_uid_read_a_private_tree(world
     (private / "pkg" / "sub" / "closed.py").chmod(0o600)
     (private / "pkg" / "link.py").symlink_to("open.py")
     private.chmod(0o700)
-    mirror = _readable_mirror(private / "pkg", world_readable_tmp / "mirror")
+    mirror = readable_mirror(private / "pkg", world_readable_tmp / "mirror")
     read = ("import sys; print(open(sys.argv[1]).read() + open(sys.argv[2]).read() + open(sys.argv[3]).read())")
     proc = subprocess.run(as_uid(["/usr/bin/python3", "-c", read, str(mirror / "open.py"),
                                   str(mirror / "sub" / "closed.py"), str(mirror / "link.py")]),

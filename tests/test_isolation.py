@@ -143,7 +143,7 @@ def test_a_kit_in_a_folder_closed_to_other_users_still_has_the_landlock_level(tm
     shutil.copytree(isolation.CHILD.parent, private / "sandbox", ignore=shutil.ignore_patterns("__pycache__"))
     private.chmod(0o700)
     monkeypatch.setattr(isolation, "CHILD", private / "sandbox" / "student_process.py")
-    assert isolation._probe("landlock", student_python) is None
+    assert isolation.probe("landlock", student_python, cached=False) is None
 
 
 def test_at_the_none_level_the_report_says_so(tmp_path, student_python):

@@ -66,12 +66,15 @@ _PROBED = {}
 _PROBE_LOCK = threading.Lock()
 
 
-def probe(level, python=sys.executable):
+def probe(level, python=sys.executable, cached=True):
     """Why a student process cannot be confined at `level` here, or None when it can.
 
     Starts one throwaway process that confines itself at that level, applies the limits, checks it can
-    still read Python and torch, and exits before importing torch (about 0.1 s); cached per process.
+    still read Python and torch, and exits before importing torch (about 0.1 s); cached per process, unless
+    `cached` is False (a new probe, not recorded).
     """
+    if not cached:
+        return _probe(level, python)
     key = (python, level, tuple(refusals(True)))
     with _PROBE_LOCK:
         if key not in _PROBED:
