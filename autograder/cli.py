@@ -258,11 +258,10 @@ def render(report_json, fmt, output):
     """
     import json
 
-    from autograder.report.ci import report_from_dict
-    from autograder.report.model import safe_line
+    from autograder.report.model import GradeReport, safe_line
 
     try:
-        report = report_from_dict(json.loads(report_json.read_text(encoding="utf-8")))
+        report = GradeReport.from_dict(json.loads(report_json.read_text(encoding="utf-8")))
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         click.echo(f"error: {report_json} is not a report written by `grade --format json`: {safe_line(exc)}",
                    err=True)

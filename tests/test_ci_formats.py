@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from autograder.paths import TORCH
-from autograder.report.ci import (CLASSROOM_MAX_CHARS, classroom_scores, report_from_dict, to_classroom,
+from autograder.report.ci import (CLASSROOM_MAX_CHARS, classroom_scores, to_classroom,
                                    to_junit)
 from autograder.report.formats import render
 from autograder.report.model import GradeReport
@@ -235,7 +235,7 @@ def test_classroom_result_stays_small_enough_for_an_environment_variable():
 def test_report_from_json_renders_the_same():
     report = sample_report()
     report.tests[0].data = {"heatmap": {"yours": [[0.5, 0.5]], "expected": [[0.4, 0.6]]}}
-    again = report_from_dict(json.loads(json.dumps(report.to_dict())))
+    again = GradeReport.from_dict(json.loads(json.dumps(report.to_dict())))
     assert again.score == report.score and again.tests[0].data == report.tests[0].data
     assert to_classroom(again) == to_classroom(report)
     assert re.sub(r'time="[^"]*"', "", to_junit(again)) == re.sub(r'time="[^"]*"', "", to_junit(report))

@@ -28,7 +28,7 @@ from click.testing import CliRunner
 
 from autograder.grade import batch
 from autograder.grade.engine import grade
-from autograder.report.ci import report_from_dict, to_classroom, to_junit
+from autograder.report.ci import to_classroom, to_junit
 from autograder.report.formats import render
 from autograder.report.html import _cost, to_html, to_markdown
 from autograder.report.model import PRINTED_TAIL, PRINTED_TITLE, GradeReport, csv_cell, csv_value, safe_line, safe_text
@@ -215,7 +215,7 @@ def test_json_keeps_the_data_and_renders_safely_again():
     report = hostile_report()
     text = render(report, "json")
     assert not raw_controls(text, allowed="\n")
-    again = report_from_dict(json.loads(text))
+    again = GradeReport.from_dict(json.loads(text))
     assert again.tests[0].message == report.tests[0].message and again.submission == HOSTILE_ID
     for fmt in ("text", "markdown", "html", "junit", "gradescope"):
         rendered = render(again, fmt)

@@ -278,7 +278,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
         elif data is not None and data.get("grader_failure"):
             raise GraderUnavailable(data["grader_failure"])
         elif data is not None:
-            report.tests = [TestResult(**t) for t in data["tests"]]
+            report.tests = [TestResult.from_dict(t) for t in data["tests"]]
             for test in report.tests:  # lines of a notebook's module, named by the notebook's cells
                 test.message = in_notebook_terms(test.message, got.notebooks)
             report.student_output = data.get("student_output", "")

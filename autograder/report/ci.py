@@ -21,13 +21,12 @@ So Classroom gets the kit's total rounded half up to a whole point (59.96 ->
 60), apportioned to the passed checks; every other format carries the
 figures of autograder.scoring to the cent.
 
-`report_from_dict(d)` rebuilds a GradeReport from `report.to_dict()` (the
-`--format json` output), so that one grading can be rendered in every format.
+A report read back from `--format json` is `GradeReport.from_dict(d)`
+(autograder/report/model.py), beside `to_dict`.
 """
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import math
 import re
@@ -35,7 +34,7 @@ import xml.etree.ElementTree as ET
 from fractions import Fraction
 
 from autograder import MODULES
-from autograder.report.model import GradeReport, TestResult, safe_line, safe_text
+from autograder.report.model import GradeReport, safe_line, safe_text
 from autograder.scoring import apportion, fmt
 
 # The reporter receives the result through an environment variable, and Linux
@@ -219,17 +218,3 @@ def _encode(payload: dict) -> str:
 def to_classroom(report: GradeReport) -> str:
     """Base64 of the JSON that classroom-resources/autograding-grading-reporter decodes."""
     return _encode(classroom_payload(report))
-
-
-# -- back from JSON -------------------------------------------------------------
-def report_from_dict(data: dict) -> GradeReport:
-    """The GradeReport that `report.to_dict()` (`--format json`) was made from.
-
-    Derived keys (score, max_score, tags, modules, earned...) are recomputed,
-    not read; keys that a newer TestResult or GradeReport does not know are ignored.
-    """
-    test_fields = {f.name for f in dataclasses.fields(TestResult)}
-    report_fields = {f.name for f in dataclasses.fields(GradeReport)} - {"tests"}
-    report = GradeReport(**{k: v for k, v in data.items() if k in report_fields})
-    report.tests = [TestResult(**{k: v for k, v in t.items() if k in test_fields}) for t in data.get("tests", [])]
-    return report

@@ -7,7 +7,7 @@ the kit writes.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from autograder import LEVEL_HELP, MODULES, NAMESPACES_REMEDY
 from autograder.scoring import NOT_HANDED_IN, fmt
@@ -193,6 +193,16 @@ class TestResult:
     def tags(self):
         return [self.module, self.aspect]
 
+    @classmethod
+    def from_dict(cls, data: dict) -> TestResult:
+        """The TestResult a `to_dict()` entry of "tests" (or the graders' results file) was made from: derived
+        keys (score, max_score, tags) are recomputed, keys a newer TestResult does not know are ignored."""
+        return cls(**{k: v for k, v in data.items() if k in _field_names(cls)})
+
+
+def _field_names(cls) -> set[str]:
+    return {f.name for f in fields(cls)}
+
 
 # What a grading can come to, in every format (the gradebook's status column, JSON's status, Gradescope's
 # extra_data): "graded", a score; "empty", no student work found (the untouched template, an empty folder, a
@@ -290,6 +300,15 @@ class GradeReport:
         return str(self.student_output or "")[-PRINTED_TAIL:].rstrip().lstrip("\r\n")
 
     # -- formats -------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: dict) -> GradeReport:
+        """The GradeReport that `report.to_dict()` (`--format json`) was made from, so that one grading can be
+        rendered in every format. Derived keys (score, max_score, tags, modules, ...) are recomputed, not read;
+        keys that a newer TestResult or GradeReport does not know are ignored."""
+        report = cls(**{k: v for k, v in data.items() if k in _field_names(cls) - {"tests"}})
+        report.tests = [TestResult.from_dict(t) for t in data.get("tests", [])]
+        return report
+
     def to_dict(self):
         fig = self.figures()
         number = (lambda d: None if d is None else float(d))
