@@ -11,7 +11,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from autograder.grade.engine import grade
 from autograder.release import ASSIGNMENT_DIR, NOTEBOOKS, module_cell
-from autograder.submission.notebooks import module_of, notebook_to_source
+from autograder.submission.notebooks import module_of_notebook, notebook_to_source
 from tests.conftest import MODULES, TEMPLATE
 
 
@@ -19,7 +19,7 @@ from tests.conftest import MODULES, TEMPLATE
                                           ("5-positional.ipynb", "positional"), ("notes.ipynb", None),
                                           ("01_attention_old.ipynb", None)])
 def test_notebook_names_map_to_modules(name, module):
-    assert module_of(name) == module
+    assert module_of_notebook(name) == module
 
 
 def test_module_keeps_imports_functions_classes_and_constants():
@@ -475,9 +475,9 @@ NAME_RULE = [
 def test_the_name_rule(name, module):
     from autograder.submission import intake
 
-    assert intake.module_of(name) == module
+    assert intake.module_of_file(name) == module
     if name.lower().endswith(".ipynb"):
-        assert module_of(name) == module  # the notebook's own reading (the module cell it looks for)
+        assert module_of_notebook(name) == module  # the notebook's own reading (the module cell it looks for)
 
 
 def test_a_name_that_holds_two_modules_names_is_told_apart_from_a_name_of_none():

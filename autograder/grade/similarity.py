@@ -115,14 +115,14 @@ def boilerplate_sources(folders) -> list[str]:
         except SubmissionError:
             pass
         for entry in sorted(os.listdir(folder)):
-            if entry.lower().endswith(".ipynb") and intake.module_of(entry):
+            if entry.lower().endswith(".ipynb") and intake.module_of_file(entry):
                 try:
                     with taken(folder / entry) as got:
                         sources += _modules_of(got.folder).values()
                 except (SubmissionError, OSError):
                     continue
         for entry in sorted(os.listdir(folder)):  # .py files beside the modules (a given helper)
-            if entry.endswith(".py") and intake.module_of(entry) is None and intake.is_regular(folder / entry):
+            if entry.endswith(".py") and intake.module_of_file(entry) is None and intake.is_regular(folder / entry):
                 try:
                     sources.append(intake.read_regular(folder / entry, intake.MAX_FILE[".py"]).decode("utf-8",
                                                                                                         "replace"))

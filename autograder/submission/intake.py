@@ -141,7 +141,7 @@ def modules_named(name) -> tuple[str, ...]:
     return stem_modules(path.stem) if path.suffix.lower() in MAX_FILE else ()
 
 
-def module_of(name) -> str | None:
+def module_of_file(name) -> str | None:
     """The contract module a file name stands for (`modules_named`): "mha.py", "mha (1).py", "04_mha.ipynb",
     "bea_04_mha.ipynb" -> "mha"; None for a name that stands for no module, or for several."""
     found = modules_named(name)
@@ -427,7 +427,7 @@ def capped_notes(notes: dict) -> dict:
     first = {}
     for name in notes:
         base = name.rsplit("/", 1)[-1]
-        module = module_of(base) if _may_be_module(base) else None
+        module = module_of_file(base) if _may_be_module(base) else None
         if module and module not in first:
             first[module] = name
     kept = set(first.values())

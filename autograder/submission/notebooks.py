@@ -121,7 +121,7 @@ def notebook_name(module) -> str:
     return f"{MODULES.index(module) + 1:02d}_{module}.ipynb"
 
 
-def module_of(path: Path) -> str | None:
+def module_of_notebook(path: Path) -> str | None:
     """The contract module a notebook stands for, by the name rule (`modules_named`): `01_attention.ipynb`,
     `bea_01_attention.ipynb`, `01_attention (1).ipynb` -> "attention"; None for a name that stands for no
     module or for several."""
@@ -477,6 +477,6 @@ def notebook_source(data: bytes, name: str) -> str:
     except Exception as exc:  # nbformat raises many kinds of errors on a broken file
         raise ValueError(f"{name} is not a readable notebook: {type(exc).__name__}: {str(exc)[:300]}") from None
     try:
-        return notebook_to_source(nb, module_of(name) or Path(name).stem, name, too_long=too_long)
+        return notebook_to_source(nb, module_of_notebook(name) or Path(name).stem, name, too_long=too_long)
     except (Exception, RecursionError, MemoryError) as exc:  # a notebook of an unexpected shape: its module only
         raise ValueError(f"{name} could not be read as a notebook: {type(exc).__name__}") from None

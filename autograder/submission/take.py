@@ -15,7 +15,7 @@ from autograder import MODULES
 from autograder.scoring import NOT_HANDED_IN
 from autograder.submission import intake
 from autograder.submission.intake import SubmissionError
-from autograder.submission.notebooks import CellLines, module_of, not_handed_in, notebook_source
+from autograder.submission.notebooks import CellLines, module_of_notebook, not_handed_in, notebook_source
 
 
 @dataclass
@@ -91,7 +91,7 @@ def _take(path, tmp, max_unzipped):
         files, notes = intake.take_folder(path, max_unzipped)
         return files, intake.capped_notes(notes)
     if path.suffix.lower() == ".ipynb":
-        if module_of(path) is None:  # the name rule (autograder.submission.notebooks.modules_named)
+        if module_of_notebook(path) is None:  # the name rule (autograder.submission.notebooks.modules_named)
             raise SubmissionError(_unnamed(path.name))
         try:
             return {path.name: intake.read_regular(path, intake.MAX_FILE[".ipynb"], path.name, follow=True)}, {}
@@ -125,13 +125,13 @@ def _write_modules(files, folder, notes, notebooks, absent):
     A module's .py file is written as `<module>.py` whatever the student named it (`masks (1).py` ->
     `masks.py`: intake.one_form left at most one file of each module); any other .py file under its own name."""
     for name, data in files.items():
-        module = intake.module_of(name) if name.lower().endswith(".py") else None
+        module = intake.module_of_file(name) if name.lower().endswith(".py") else None
         if module or name.endswith(".py"):  # (MASKS.PY is a module's; HELPER.PY, no module's, is not taken)
             target = folder / (f"{module}.py" if module else name)
             if not target.exists():  # (never: one file a module, and no other file is named <module>.py)
                 intake.write_new(target, data)
     for name, data in sorted(files.items()):
-        module = module_of(name) if name.lower().endswith(".ipynb") else None
+        module = module_of_notebook(name) if name.lower().endswith(".ipynb") else None
         if module is None or (folder / f"{module}.py").exists():
             continue
         try:
