@@ -170,10 +170,10 @@ def test_a_symlinked_notebook_is_not_read(tmp_path):
     assert "mha.py" not in files, f"expected no mha.py made from the linked notebook, got {files}"
     assert notes.get("04_mha.ipynb", "").startswith("04_mha.ipynb is a symbolic link"), notes
     assert missing.get("mha", "").startswith("04_mha.ipynb is a symbolic link"), missing
-    from autograder.submission.intake import notebook_file_to_source
+    from autograder.submission.intake import MAX_FILE, Refused, read_regular
 
-    with pytest.raises(ValueError, match="symbolic link"):
-        notebook_file_to_source(folder / "04_mha.ipynb")
+    with pytest.raises(Refused, match="symbolic link"):  # the one reader of a submission's files refuses it
+        read_regular(folder / "04_mha.ipynb", MAX_FILE[".ipynb"], "04_mha.ipynb")
 
 
 def test_a_regular_notebook_is_still_converted(tmp_path):

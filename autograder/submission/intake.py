@@ -773,14 +773,3 @@ def _read_entry(zf, info, limit) -> bytes:
             total += len(chunk)
             if total > limit:
                 raise Refused(info.filename)
-
-
-def notebook_file_to_source(path: Path) -> str:
-    """Read a notebook file and return its module source (autograder.submission.notebooks); ValueError when it is not a
-    notebook, or not a regular file within its size limit (a link, a FIFO)."""
-    path = Path(path)
-    try:
-        data = read_regular(path, MAX_FILE[".ipynb"], path.name)
-    except Refused as exc:
-        raise ValueError(str(exc)) from None
-    return notebook_source(data, path.name)
