@@ -33,8 +33,8 @@ speed measurements.
 
 **Levels.** Every case is a test at every level (`[namespaces-<case>]`,
 `[landlock-<case>]`, `[none-<case>]`), except those the trusted side alone
-decides (the intake, the answers' frames, the report's text:
-TRUSTED_SIDE_KINDS), graded at the weakest level under test only, each with a
+decides (the intake, the answers' frames, the report's text, the speed
+checks' clocks: TRUSTED_SIDE_KINDS), graded at the weakest level under test only, each with a
 test that shows why the level cannot change its outcome
 (`test_a_case_graded_at_one_level_reaches_nothing_a_level_confines`). Which levels the machine offers is
 found by probing (`autograder.sandbox.isolation.choose_isolation(level)`); a level it
@@ -139,8 +139,8 @@ def _levels_under_test() -> tuple[str, ...]:
 LEVELS = _levels_under_test()
 
 #: The attacks that the trusted side alone decides, whatever confines the student process: the intake (before any
-#: student process starts: what it hands over, or its refusal), the answers' frames (autograder/sandbox/wire.py) and
-#: the reports (the grader's own text). Their cases are graded at one level, the weakest under test (ONE_LEVEL):
+#: student process starts: what it hands over, or its refusal), the answers' frames (autograder/sandbox/wire.py),
+#: the reports (the grader's own text) and the speed checks' figures (the grader's clocks, its secret inputs). Their cases are graded at one level, the weakest under test (ONE_LEVEL):
 #: the levels differ only in what student code reaches outside itself, and what these cases hand over reaches
 #: nothing (test_a_case_graded_at_one_level_reaches_nothing_a_level_confines shows it, case by case). A case of
 #: these kinds that does reach outside (a link the student code opens by name, an import of a folder the intake
@@ -150,11 +150,14 @@ TRUSTED_SIDE_KINDS = {
     "huge-file": "the intake", "intake-scale": "the intake", "notebook-bombs": "the intake's notebook reader",
     "notebook-conversions": "the intake's notebook reader", "answer-bombs": "the answers' frames alone",
     "forged-report": "the report's own text", "csv-formula": "the report's own text",
+    "hidden-loop": "the trusted side's clocks", "timing-replay": "the trusted side's clocks and secret inputs",
+    "patched-timers": "the trusted side's clocks",
 }
 LEVEL_BOUND = {
     "symlink-outside-shadow": "its code opens zz.py, a link the intake leaves out, by name",
     "symlink-outside-proc-self": "its code opens zz.py and yy.py, links the intake leaves out, by name",
     "symlinked-folder-to-kit": "its code imports lib.mha, from a linked folder the intake leaves out",
+    "hidden-loop-reads-ahead": "its code looks at its own request pipe (fcntl, termios)",
 }
 ONE_LEVEL = LEVELS[-1]
 
@@ -689,9 +692,10 @@ def test_attack_decided_by_the_trusted_side_earns_nothing_undeserved(level, case
     check_single(level, case, route, at, tmp_path, server, marker, canary)
 
 
-#: What the code handed over by a case graded at one level may use: the process's own memory, nothing a level
-#: confines (files, the network, processes, the environment).
-SELF_CONTAINED_IMPORTS = {"math", "torch", "sys", "io", "struct", "zipfile"}
+#: What the code handed over by a case graded at one level may use: the process's own memory, clocks and threads,
+#: nothing a level confines (files, the network, processes, the environment).
+SELF_CONTAINED_IMPORTS = {"math", "torch", "sys", "io", "struct", "zipfile", "time", "timeit", "random", "threading",
+                          "gc"}
 REACHING_CALLS = {"open", "exec", "eval", "compile", "__import__", "breakpoint", "input", "getattr"}
 
 
@@ -716,8 +720,8 @@ def test_a_case_graded_at_one_level_reaches_nothing_a_level_confines(case, tmp_p
     """Why ONE_LEVEL is enough for these cases. The levels differ only in what student code reaches outside
     itself. The intake decides first, before any student process starts (it has no level to depend on): it
     refuses the submission, or hands over a folder of regular files. The code in that folder uses nothing but
-    torch, math and bytes in memory, so it sends the same frames at every level, and the trusted side decides
-    on those frames alone."""
+    torch, math, bytes in memory and its own clocks and threads, so it sends the same frames at every level, and
+    the trusted side decides on those frames and on its own clocks alone."""
     folder = materialize(case, tmp_path / case.id, SOLUTIONS, params={"port": 1, "marker": "m"})
     reaching = {}
     try:
