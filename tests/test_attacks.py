@@ -140,7 +140,8 @@ LEVELS = _levels_under_test()
 
 #: The attacks that the trusted side alone decides, whatever confines the student process: the intake (before any
 #: student process starts: what it hands over, or its refusal), the answers' frames (autograder/sandbox/wire.py),
-#: the reports (the grader's own text) and the speed checks' figures (the grader's clocks, its secret inputs). Their cases are graded at one level, the weakest under test (ONE_LEVEL):
+#: the reports (the grader's own text) and the speed checks' figures (the grader's clocks, its secret inputs).
+#: Their cases are graded at one level, the weakest under test (ONE_LEVEL):
 #: the levels differ only in what student code reaches outside itself, and what these cases hand over reaches
 #: nothing (test_a_case_graded_at_one_level_reaches_nothing_a_level_confines shows it, case by case). A case of
 #: these kinds that does reach outside (a link the student code opens by name, an import of a folder the intake

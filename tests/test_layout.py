@@ -204,7 +204,8 @@ LAYERS = [
       "autograder.graders.test_mha", "autograder.graders.test_positional"}),
     ("the release step and the platforms: the student template, its self-check and the tutorials it cites, "
      "Gradescope, nbgrader",
-     {"autograder.release", "autograder.selfcheck", "autograder.tutorials", "autograder.integrations", "autograder.integrations.gradescope",
+     {"autograder.release", "autograder.selfcheck", "autograder.tutorials", "autograder.integrations",
+      "autograder.integrations.gradescope",
       "autograder.integrations.nbgrader_sync"}),
     ("the command line", {"autograder.cli", "autograder.__main__", "grader_cli"}),
 ]

@@ -197,7 +197,8 @@ class TestResult:
     def from_dict(cls, data: dict) -> TestResult:
         """The TestResult a `to_dict()` entry of "tests" (or the graders' results file) was made from: derived
         keys (score, max_score, tags) are recomputed, keys a newer TestResult does not know are ignored."""
-        return cls(**{k: v for k, v in data.items() if k in _field_names(cls)})
+        known = _field_names(cls)
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def _field_names(cls) -> set[str]:
@@ -305,7 +306,8 @@ class GradeReport:
         """The GradeReport that `report.to_dict()` (`--format json`) was made from, so that one grading can be
         rendered in every format. Derived keys (score, max_score, tags, modules, ...) are recomputed, not read;
         keys that a newer TestResult or GradeReport does not know are ignored."""
-        report = cls(**{k: v for k, v in data.items() if k in _field_names(cls) - {"tests"}})
+        known = _field_names(cls) - {"tests"}
+        report = cls(**{k: v for k, v in data.items() if k in known})
         report.tests = [TestResult.from_dict(t) for t in data.get("tests", [])]
         return report
 
