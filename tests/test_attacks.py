@@ -34,7 +34,7 @@ speed measurements.
 **Levels.** Every case is a test at every level (`[namespaces-<case>]`,
 `[landlock-<case>]`, `[none-<case>]`), except those the trusted side alone
 decides (the intake, the answers' frames, the report's text, the speed
-checks' clocks: TRUSTED_SIDE_KINDS), graded at the weakest level under test only, each with a
+checks' clocks, its own comparisons: TRUSTED_SIDE_KINDS), graded at the weakest level under test only, each with a
 test that shows why the level cannot change its outcome
 (`test_a_case_graded_at_one_level_reaches_nothing_a_level_confines`). Which levels the machine offers is
 found by probing (`autograder.sandbox.isolation.choose_isolation(level)`); a level it
@@ -140,7 +140,9 @@ LEVELS = _levels_under_test()
 
 #: The attacks that the trusted side alone decides, whatever confines the student process: the intake (before any
 #: student process starts: what it hands over, or its refusal), the answers' frames (autograder/sandbox/wire.py),
-#: the reports (the grader's own text) and the speed checks' figures (the grader's clocks, its secret inputs).
+#: the reports (the grader's own text), the speed checks' figures (the grader's clocks, its secret inputs), and
+#: what the trusted side does with a process that ends or answers with patched or lying objects (its own
+#: comparisons of plain tensors; no expected value is ever sent to a student process).
 #: Their cases are graded at one level, the weakest under test (ONE_LEVEL):
 #: the levels differ only in what student code reaches outside itself, and what these cases hand over reaches
 #: nothing (test_a_case_graded_at_one_level_reaches_nothing_a_level_confines shows it, case by case). A case of
@@ -153,12 +155,18 @@ TRUSTED_SIDE_KINDS = {
     "forged-report": "the report's own text", "csv-formula": "the report's own text",
     "hidden-loop": "the trusted side's clocks", "timing-replay": "the trusted side's clocks and secret inputs",
     "patched-timers": "the trusted side's clocks",
+    "exit": "the trusted side: a student process that ends is its module's fault, whatever ended it",
+    "patched-comparisons": "the trusted side's own comparisons", "lying-objects": "the answers' frames alone",
+    "gc-search": "the trusted side: no expected value ever enters a student process",
 }
 LEVEL_BOUND = {
     "symlink-outside-shadow": "its code opens zz.py, a link the intake leaves out, by name",
     "symlink-outside-proc-self": "its code opens zz.py and yy.py, links the intake leaves out, by name",
     "symlinked-folder-to-kit": "its code imports lib.mha, from a linked folder the intake leaves out",
     "hidden-loop-reads-ahead": "its code looks at its own request pipe (fcntl, termios)",
+    "os-exit-at-import": "its code imports os (os._exit), which reaches files and processes",
+    "os-exit-in-call": "its code imports os (os._exit), which reaches files and processes",
+    "tensor-subclass-always-equal": "its code calls getattr, which can reach any builtin",
 }
 ONE_LEVEL = LEVELS[-1]
 
@@ -695,8 +703,8 @@ def test_attack_decided_by_the_trusted_side_earns_nothing_undeserved(level, case
 
 #: What the code handed over by a case graded at one level may use: the process's own memory, clocks and threads,
 #: nothing a level confines (files, the network, processes, the environment).
-SELF_CONTAINED_IMPORTS = {"math", "torch", "sys", "io", "struct", "zipfile", "time", "timeit", "random", "threading",
-                          "gc"}
+SELF_CONTAINED_IMPORTS = {"math", "torch", "numpy", "sys", "io", "struct", "zipfile", "time", "timeit", "random",
+                          "threading", "gc"}
 REACHING_CALLS = {"open", "exec", "eval", "compile", "__import__", "breakpoint", "input", "getattr"}
 
 
