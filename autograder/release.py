@@ -342,7 +342,7 @@ def kit_docs_texts(points: dict[str, Points] | None = None) -> dict[str, str]:
 def released_text(template: dict[str, str] | None = None) -> str:
     """The content of autograder/submission/released.py for `template` (file name -> content; default: the expected
     template)."""
-    from autograder.submission.intake import code_digest, form_digest
+    from autograder.submission.forms import code_digest, form_digest
 
     template = expected_template() if template is None else template
     digests, cells, names = {}, {}, {}
@@ -358,9 +358,9 @@ def released_text(template: dict[str, str] | None = None) -> str:
     doc = ('"""What grading knows of the released student template.\n\n'
            "Written by the kit's release step (`grader_cli.py release`, autograder/release.py) from the\n"
            "template it releases; `release --check` fails when this file is stale. Do not edit.\n\n"
-           "TEMPLATE_DIGESTS: the code digest (autograder.submission.intake.code_digest) of each module's stub and of the\n"
+           "TEMPLATE_DIGESTS: the code digest (autograder.submission.forms.code_digest) of each module's stub and of the\n"
            "    code its student notebook is graded on: a form of a module with that digest holds no student\n"
-           "    work (autograder.submission.intake.one_form).\n"
+           "    work (autograder.submission.forms.one_form).\n"
            "MODULE_CELLS: the place of each student notebook's code cell, counting every cell from 1.\n"
            "NAMES: what each module defines, in the order of the contract.\n"
            '"""\n')

@@ -31,7 +31,7 @@ from autograder.submission.take import SubmissionError, taken
 from autograder.report.model import GradeReport
 from autograder.sandbox.client import Sandbox
 from autograder.sandbox.errors import StudentError
-from autograder.submission import intake
+from autograder.submission import folder as folders, forms, intake, zips
 from tests.conftest import MODULES, SOLUTIONS
 from tests.corpus import CorpusError, ZIP_FOLDER, load_attacks, materialize
 
@@ -494,15 +494,15 @@ def test_a_form_counts_as_untouched_whatever_its_layout_outputs_and_comments(tmp
         else:
             cell.source += "\n\nMy notes."
     ran = nbformat.writes(nb).encode()
-    assert intake.is_template("masks", "03_masks.ipynb", ran)
+    assert forms.is_template("masks", "03_masks.ipynb", ran)
     stub = (TEMPLATE_DIR / "masks.py").read_text()
-    assert intake.is_template("masks", "masks.py", (stub.replace("\n", "\r\n") + "# started\n").encode())
+    assert forms.is_template("masks", "masks.py", (stub.replace("\n", "\r\n") + "# started\n").encode())
     started = stub.replace("raise NotImplementedError()", "return None")
-    assert not intake.is_template("masks", "masks.py", started.encode())
+    assert not forms.is_template("masks", "masks.py", started.encode())
     for cell in nb.cells:
         if cell.metadata.get("nbgrader", {}).get("grade_id") == "masks-code":
             cell.source = cell.source.replace("raise NotImplementedError()", "return None")
-    assert not intake.is_template("masks", "03_masks.ipynb", nbformat.writes(nb).encode())
+    assert not forms.is_template("masks", "03_masks.ipynb", nbformat.writes(nb).encode())
 
 
 # -- links to the instructor's notebooks and to another student's files ---------------------------------
@@ -613,7 +613,7 @@ class _Counted:
 
             return Counting()
 
-        monkeypatch.setattr(intake.os, "scandir", scandir)
+        monkeypatch.setattr(folders.os, "scandir", scandir)
 
 
 def _crowd(root: Path, folders: int, files: int, module_dir=None) -> int:
@@ -636,7 +636,7 @@ def test_a_crowd_of_files_costs_linear_work_and_the_modules_are_found(tmp_path, 
     folder on the way: the work grows with the files, not with their square."""
     size = _crowd(tmp_path / "sub", folders=60, files=30, module_dir="zz-work")
     counted = _Counted(monkeypatch)
-    files, notes = intake.take_folder(tmp_path / "sub")
+    files, notes = folders.take_folder(tmp_path / "sub")
     assert sorted(files) == sorted(f"{m}.py" for m in MODULES) and not notes, (sorted(files), notes)
     assert counted.entries <= size + len(MODULES), (
         f"expected each of the {size} entries listed once (and the modules' folder twice), {counted.entries} "
@@ -648,8 +648,8 @@ def test_a_crowd_over_the_caps_is_refused_after_bounded_work(tmp_path, monkeypat
     """Over the caps (made small here: 100 entries a folder, 400 in all), whatever the crowd's size: the
     submission is refused with a message that says why and what to hand in, having listed a bounded number
     of entries (not all of them, nor any of them twice)."""
-    monkeypatch.setattr(intake, "MAX_FOLDER", 100)
-    monkeypatch.setattr(intake, "MAX_SCAN", 400)
+    monkeypatch.setattr(folders, "MAX_FOLDER", 100)
+    monkeypatch.setattr(folders, "MAX_SCAN", 400)
     root = tmp_path / "sub"
     if layout == "top":  # 2,000 files beside each other, no module among them
         root.mkdir()
@@ -665,7 +665,7 @@ def test_a_crowd_over_the_caps_is_refused_after_bounded_work(tmp_path, monkeypat
         expected = "no folder holding your modules was found, and d9999-data/d0000/ holds more than 100 files"
     counted = _Counted(monkeypatch)
     with pytest.raises(SubmissionError) as info:
-        intake.take_folder(root)
+        folders.take_folder(root)
     message = str(info.value)
     assert expected in message and "hand in your modules (attention.py" in message, message
     assert str(tmp_path) not in message, message
@@ -679,12 +679,12 @@ def test_a_crowd_over_the_caps_is_refused_after_bounded_work(tmp_path, monkeypat
 def test_a_big_folder_beside_the_modules_is_skipped(tmp_path, monkeypatch):
     """A data folder over MAX_FOLDER (made 100 here) beside the modules' folder: read up to the cap, skipped,
     and the modules graded."""
-    monkeypatch.setattr(intake, "MAX_FOLDER", 100)
+    monkeypatch.setattr(folders, "MAX_FOLDER", 100)
     root = tmp_path / "sub"
     _crowd(root / "aa-data", folders=1, files=300)
     _reference(root / "work")
     counted = _Counted(monkeypatch)
-    files, notes = intake.take_folder(root)
+    files, notes = folders.take_folder(root)
     assert sorted(files) == sorted(f"{m}.py" for m in MODULES), sorted(files)
     assert counted.entries <= 2 + 1 + 101 + 2 * len(MODULES), counted.entries
 
@@ -697,9 +697,9 @@ def test_a_zip_crowd_is_bounded_by_its_entries(tmp_path, monkeypatch):
                    folder="work")
     unpacked = tmp_path / "unpacked"
     unpacked.mkdir()
-    assert intake.unzip(archive, unpacked) == {}
+    assert zips.unzip(archive, unpacked) == {}
     counted = _Counted(monkeypatch)
-    files, notes = intake.take_folder(unpacked)
+    files, notes = folders.take_folder(unpacked)
     assert sorted(files) == sorted(f"{m}.py" for m in MODULES) and not notes, (sorted(files), notes)
     assert counted.entries <= 990 + 100 + 2 * len(MODULES) + 1, counted.entries
 
@@ -718,7 +718,7 @@ def test_past_the_file_cap_the_modules_come_first_and_one_note_counts_the_rest(t
     (folder / "mha.py").symlink_to(SOLUTIONS / "mha.py")
     files, notes, missing = _taken(folder)
     assert {f"{m}.py" for m in MODULES if m != "mha"} <= set(files) and len(files) == 50, (len(files), files)
-    assert len(notes) == intake.MAX_NOTES + 1, f"expected {intake.MAX_NOTES} notes and a count, got {notes}"
+    assert len(notes) == folders.MAX_NOTES + 1, f"expected {folders.MAX_NOTES} notes and a count, got {notes}"
     assert notes["mha.py"].startswith("mha.py is a symbolic link: not graded"), notes
     assert missing["mha"].startswith("mha.py is a symbolic link: not graded"), missing
     assert notes["aa046.py"] == ("aa046.py and 153 more files: not graded: a submission may hold at most 50 .py "
@@ -852,7 +852,7 @@ def test_a_crowd_of_files_for_one_module_is_refused_unread(tmp_path, monkeypatch
     """More files of one module than MAX_CANDIDATES: refused without reading one of them as code, in one note
     that names a few and counts the rest; the other modules are taken."""
     read = []
-    monkeypatch.setattr(intake, "form_digest", lambda name, data: read.append(name))
+    monkeypatch.setattr(forms, "form_digest", lambda name, data: read.append(name))
     folder = _reference(tmp_path / "submission")
     for i in range(30):
         (folder / f"masks ({i}).py").write_bytes(b"x = 1\n")

@@ -176,7 +176,8 @@ LAYERS = [
     ("foundations: stdlib only, no other module of the kit",
      {"autograder", "autograder.paths", "autograder.files", "autograder.scoring"}),
     ("the submission: what a student hands in, read without following a link, notebooks turned into modules",
-     {"autograder.submission", "autograder.submission.intake", "autograder.submission.notebooks",
+     {"autograder.submission", "autograder.submission.intake", "autograder.submission.folder",
+      "autograder.submission.forms", "autograder.submission.zips", "autograder.submission.notebooks",
       "autograder.submission.released", "autograder.submission.take"}),
     ("the sandbox: the student process (an orchestrator over a file per subsystem), its client, its limits and "
      "isolation, what stops or guards it from outside",

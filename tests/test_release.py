@@ -378,23 +378,23 @@ def test_grader_points_counts_cuda_checks_and_keyword_markers(tmp_path):
 
 # -- what grading knows of the released template -------------------------------------------------------
 def test_released_digests_tell_the_template_from_work(expected):
-    from autograder.submission import intake
+    from autograder.submission import forms
     from autograder.submission.released import MODULE_CELLS, NAMES
 
     assert release.RELEASED.read_text() == release.released_text(expected)
     for module in release.MODULES:
         stub, book = f"{module}.py", release.NOTEBOOKS[module]
-        assert intake.is_template(module, stub, expected[stub].encode()), stub
-        assert intake.is_template(module, book, expected[book].encode()), book
-        assert not intake.is_template(module, stub, (release.SOLUTIONS_DIR / stub).read_bytes()), stub
-        assert not intake.is_template(module, book, (release.ASSIGNMENT_DIR / book).read_bytes()), book
+        assert forms.is_template(module, stub, expected[stub].encode()), stub
+        assert forms.is_template(module, book, expected[book].encode()), book
+        assert not forms.is_template(module, stub, (release.SOLUTIONS_DIR / stub).read_bytes()), stub
+        assert not forms.is_template(module, book, (release.ASSIGNMENT_DIR / book).read_bytes()), book
         assert NAMES[module] == CONTRACT[module]
         nb = release._load(expected[book])
         assert nb["cells"][MODULE_CELLS[module] - 1] is release.module_cell(nb, module)
 
 
 def test_code_digest_sees_code_only():
-    from autograder.submission.intake import code_digest
+    from autograder.submission.forms import code_digest
 
     source = 'def f(x):\n    """Doc."""\n    return x + 1  # add one\n'
     same = ['"""Module doc."""\n# a comment\n\n' + source, source.replace("\n", "\r\n"), source + "\n\n\n",

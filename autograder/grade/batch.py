@@ -182,7 +182,7 @@ def content_digest(path: Path, max_unzipped: int | None = None) -> str:
     module. A change that intake does not take (a data file, a file past intake's caps, a link's target, a
     notebook's markdown) cannot change the grade, and does not change the digest.
 
-    Bounded as one intake is, whatever the submission holds (autograder.submission.intake): at most MAX_SCAN
+    Bounded as one intake is, whatever the submission holds (autograder.submission.folder, zips): at most MAX_SCAN
     (50,000) entries listed to find the modules' folder, MAX_FOLDER + 1 per folder; at most MAX_ENTRIES (1,000)
     files read, `max_unzipped` bytes in all; a zip's directory checked before it is parsed (MAX_ENTRIES
     entries, 4 MiB) and at most `max_unzipped` bytes unpacked, counted as they come out; a notebook at most

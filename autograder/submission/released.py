@@ -3,9 +3,9 @@
 Written by the kit's release step (`grader_cli.py release`, autograder/release.py) from the
 template it releases; `release --check` fails when this file is stale. Do not edit.
 
-TEMPLATE_DIGESTS: the code digest (autograder.submission.intake.code_digest) of each module's stub and of the
+TEMPLATE_DIGESTS: the code digest (autograder.submission.forms.code_digest) of each module's stub and of the
     code its student notebook is graded on: a form of a module with that digest holds no student
-    work (autograder.submission.intake.one_form).
+    work (autograder.submission.forms.one_form).
 MODULE_CELLS: the place of each student notebook's code cell, counting every cell from 1.
 NAMES: what each module defines, in the order of the contract.
 """

@@ -1,8 +1,8 @@
 """A submission taken in: `taken(path)` reads a folder, a zip of one or a single notebook through
-autograder.submission.intake (regular files only, never through a link, each within its limit, a zip checked
-before it is unpacked) into a fresh private folder of its .py modules, the modules that only a notebook holds
-converted (autograder.submission.notebooks). Everything here runs before any student process starts, and
-names a submission by its id (`submission_id`), never by a path of this machine."""
+autograder.submission.intake, folder and zips (regular files only, never through a link, each within its limit,
+a zip checked before it is unpacked) into a fresh private folder of its .py modules, the modules that only a
+notebook holds converted (autograder.submission.notebooks). Everything here runs before any student process
+starts, and names a submission by its id (`submission_id`), never by a path of this machine."""
 from __future__ import annotations
 
 import os
@@ -13,9 +13,10 @@ from pathlib import Path
 
 from autograder import MODULES
 from autograder.scoring import NOT_HANDED_IN
-from autograder.submission import intake
+from autograder.submission import folder as folders, intake, zips
 from autograder.submission.intake import SubmissionError
-from autograder.submission.notebooks import CellLines, module_of_notebook, not_handed_in, notebook_source
+from autograder.submission.notebooks import (CellLines, module_of_notebook, not_handed_in, notebook_name,
+                                             notebook_source)
 
 
 @dataclass
@@ -64,7 +65,7 @@ def taken(path, max_unzipped=None):
     a zip is checked before it is unpacked. A module that the submission has
     only as a notebook (`01_attention.ipynb`) is converted
     (autograder.submission.notebooks); of a module's two forms, the one with work is
-    taken (autograder.submission.intake.one_form). Raises SubmissionError when `path` cannot be
+    taken (autograder.submission.forms.one_form). Raises SubmissionError when `path` cannot be
     read at all (no such path, not a zip, a zip bomb, too many entries); its message names the submission by
     its id (`submission_id`), never by a path of this machine.
     `max_unzipped`: the most bytes a submission may unpack to (default
@@ -86,10 +87,11 @@ def taken(path, max_unzipped=None):
 
 def _take(path, tmp, max_unzipped):
     """({name: bytes}, {name: why not graded}) of the submission at `path` (autograder.submission.intake), the
-    notes capped (intake.capped_notes: each module's first, at most MAX_NOTES in all, the rest counted)."""
+    notes capped (autograder.submission.folder.capped_notes: each module's first, at most MAX_NOTES in all, the
+    rest counted)."""
     if path.is_dir():
-        files, notes = intake.take_folder(path, max_unzipped)
-        return files, intake.capped_notes(notes)
+        files, notes = folders.take_folder(path, max_unzipped)
+        return files, folders.capped_notes(notes)
     if path.suffix.lower() == ".ipynb":
         if module_of_notebook(path) is None:  # the name rule (autograder.submission.notebooks.modules_named)
             raise SubmissionError(_unnamed(path.name))
@@ -99,9 +101,9 @@ def _take(path, tmp, max_unzipped):
             return {}, {path.name: str(exc)}
     unpacked = tmp / "unpacked"
     unpacked.mkdir()
-    notes = intake.unzip(path, unpacked, max_unzipped)
-    files, more = intake.take_folder(unpacked, max_unzipped)
-    return files, intake.capped_notes({**notes, **more})
+    notes = zips.unzip(path, unpacked, max_unzipped)
+    files, more = folders.take_folder(unpacked, max_unzipped)
+    return files, folders.capped_notes({**notes, **more})
 
 
 def _unnamed(name) -> str:
@@ -110,7 +112,7 @@ def _unnamed(name) -> str:
     if len(several) > 1:
         several = sorted(several, key=MODULES.index)
         return (f"{shown}: its name holds the names of {len(several)} modules ({', '.join(several)}): a notebook "
-                f"holds one module and is named after it ({', '.join(map(intake.notebook_name, several))})")
+                f"holds one module and is named after it ({', '.join(map(notebook_name, several))})")
     return (f"{shown}: a notebook is named after its module, e.g. 01_attention.ipynb, or ends with that name "
             f"(bea_01_attention.ipynb, 01_attention (1).ipynb)")
 
@@ -123,7 +125,7 @@ def _write_modules(files, folder, notes, notebooks, absent):
     {module: where its code goes} (autograder.submission.notebooks.not_handed_in).
 
     A module's .py file is written as `<module>.py` whatever the student named it (`masks (1).py` ->
-    `masks.py`: intake.one_form left at most one file of each module); any other .py file under its own name."""
+    `masks.py`: one_form left at most one file of each module); any other .py file under its own name."""
     for name, data in files.items():
         module = intake.module_of_file(name) if name.lower().endswith(".py") else None
         if module or name.endswith(".py"):  # (MASKS.PY is a module's; HELPER.PY, no module's, is not taken)
