@@ -198,7 +198,7 @@ LAYERS = [
       "autograder.report.formats"}),
     ("grading: the hidden graders, their checks and plugin, the engine, the speedup measurement, a class",
      {"autograder.grade", "autograder.grade.checks", "autograder.grade.diagnose", "autograder.grade.plugin",
-      "autograder.grade.engine", "autograder.grade.timing", "autograder.grade.bench", "autograder.grade.batch",
+      "autograder.grade.spec", "autograder.grade.engine", "autograder.grade.timing", "autograder.grade.bench", "autograder.grade.batch",
       "autograder.grade.shards", "autograder.grade.classpage", "autograder.grade.similarity",
       "autograder.graders", "autograder.graders.common", "autograder.graders.blame",
       "autograder.graders.test_attention", "autograder.graders.test_heads", "autograder.graders.test_masks",

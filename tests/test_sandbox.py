@@ -131,7 +131,7 @@ def test_memory_bomb_fails_inside_its_process(submission):
 
 
 def test_limits_cross_a_process_boundary_as_they_are():
-    """The grader's --limits and the student's config carry Limits.to_dict(); from_dict gives them back, and a
+    """The grading's --spec and the student's config carry Limits.to_dict(); from_dict gives them back, and a
     name the dataclass does not have is refused rather than dropped."""
     from autograder.sandbox.limits import Limits
 
@@ -139,3 +139,21 @@ def test_limits_cross_a_process_boundary_as_they_are():
     assert Limits.from_dict(json.loads(json.dumps(limits.to_dict()))) == limits
     with pytest.raises(TypeError):
         Limits.from_dict({**limits.to_dict(), "cpu_second": 1})
+
+
+def test_a_grading_crosses_to_the_graders_process_as_one_spec():
+    """The engine gives the graders' process the grading as one JSON argument (autograder/grade/spec.py):
+    read back, it is the same grading, its limits a Limits again; a field this kit does not know is refused,
+    never dropped (an engine and a plugin of two versions of the kit)."""
+    from autograder.grade.spec import GradingSpec
+    from autograder.sandbox.limits import Limits
+
+    spec = GradingSpec(submission="/tmp/sub", results_file="/tmp/r.json", call_timeout=2.5,
+                       limits=Limits(cpu_seconds=7.5, memory_bytes=1 << 30), isolation="landlock",
+                       student_python="/usr/bin/python3", zygote="fd:7", batch_dir=None,
+                       missing={"mha": "mha.py is a symbolic link: not graded"}, source="/home/ta/class/bea")
+    again = GradingSpec.from_json(spec.to_json())
+    assert again == spec and isinstance(again.limits, Limits), again
+    assert again.intake() == {"missing": spec.missing, "source": "/home/ta/class/bea"}
+    with pytest.raises(ValueError, match="does not know: \\['cpu'\\]"):
+        GradingSpec.from_json(json.dumps({**json.loads(spec.to_json()), "cpu": 1}))

@@ -15,7 +15,6 @@ its own checks, with the reason as their message.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
@@ -29,6 +28,7 @@ from pathlib import Path
 
 from autograder import MODULES
 from autograder.files import read_signed
+from autograder.grade.spec import GradingSpec
 from autograder.paths import GRADERS
 from autograder.report.model import GradeReport, TestResult
 from autograder.sandbox import batchlock
@@ -253,16 +253,17 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
         report.notes = list(got.notes.values())
         report.missing = dict(got.absent)
         results_file = Path(tmp) / "results.json"
+        spec = GradingSpec(
+            submission=str(folder.resolve()), results_file=str(results_file), call_timeout=call_timeout,
+            limits=limits, isolation=level, student_python=python,
+            # why a module is missing, and the original submission (hidden from student code like its copy)
+            missing=got.missing, source=str(Path(path).resolve()),
+            # (LazyServers start here: after intake, which may refuse the submission before any process)
+            zygote=servers.zygote.address if servers else None,
+            # a class run: explicit, as servers may predate it
+            batch_dir=str(batchlock.folder()) if batchlock.folder() is not None else None)
         args = [str(GRADERS), "-c", str(GRADERS / "pytest.ini"), "--rootdir", str(GRADERS),
-                "-p", "autograder.grade.plugin", "-q", "--no-header", "--tb=no", "--submission", str(folder.resolve()),
-                "--results-file", str(results_file), "--call-timeout", str(call_timeout),
-                "--limits", json.dumps(limits.to_dict()), "--isolation", level, "--student-python", python]
-        # why a module is missing, and the original submission (hidden from student code like its copy)
-        args += ["--intake", json.dumps({"missing": got.missing, "source": str(Path(path).resolve())})]
-        if servers:  # (LazyServers start here: after intake, which may refuse the submission before any process)
-            args += ["--zygote", servers.zygote.address]
-        if batchlock.folder() is not None:  # a class run: explicit, as servers may predate it
-            args += ["--batch-dir", str(batchlock.folder())]
+                "-p", "autograder.grade.plugin", "-q", "--no-header", "--tb=no", "--spec", spec.to_json()]
         if select:
             args += ["-k", select]
         key = secrets.token_bytes(32)

@@ -1,6 +1,7 @@
 """pytest plugin that turns the hidden graders into a scored report.
 
-Loaded with `-p autograder.grade.plugin` by the engine's runner. It starts the
+Loaded with `-p autograder.grade.plugin` by the engine's runner, which gives the
+grading as `--spec` (autograder/grade/spec.py). It starts the
 student sandbox as soon as pytest is configured (so that the child imports
 torch while the graders are collected: nothing this module imports at its top
 imports torch), gives the graders the `student`
@@ -10,7 +11,6 @@ the results as JSON for the engine.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import resource
 import sys
@@ -20,14 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from autograder import LEVELS
 from autograder.files import write_signed
+from autograder.grade.spec import GradingSpec
 from autograder.report.model import TestResult
 from autograder.sandbox import batchlock, lazy_dynamo
 from autograder.sandbox.client import Sandbox
 from autograder.sandbox.forkserver import undumpable
 from autograder.sandbox.errors import GraderUnavailable, StudentError
-from autograder.sandbox.limits import Limits
 
 _SANDBOX = pytest.StashKey[Sandbox]()
 _RESULTS = pytest.StashKey[list]()
@@ -36,24 +35,14 @@ GRADER_ERROR = "internal grader error (not your fault: please tell your instruct
 
 def pytest_addoption(parser):
     group = parser.getgroup("mha-autograder")
-    group.addoption("--submission", help="folder of the submission's .py modules")
-    group.addoption("--results-file", help="where to write the results as JSON")
+    group.addoption("--spec", default=None,
+                    help="the grading, as JSON (autograder.grade.spec.GradingSpec): the submission's folder, where "
+                         "the results go, the student process's limits, level and interpreter, ...")
     group.addoption("--key-fd", type=int, default=None,
                     help="a file descriptor to read the key that signs the results from (HMAC-SHA256)")
-    group.addoption("--call-timeout", type=float, default=10.0, help="seconds allowed for one call into student code")
-    group.addoption("--limits", default="{}",
-                    help="limits of the student process, as JSON (autograder.sandbox.limits.Limits)")
-    group.addoption("--isolation", choices=["auto", *LEVELS], default="auto",
-                    help="how the student process is confined (autograder.sandbox.isolation.choose_isolation)")
-    group.addoption("--student-python", default=sys.executable, help="the interpreter of the student process")
-    group.addoption("--zygote", help="the channel of a warm student zygote, fd:N (autograder.sandbox.forkserver)")
-    group.addoption("--batch-dir", default=None,
-                    help="the class run this grading belongs to (autograder.sandbox.batchlock; default: "
-                         "$MHA_BATCH_DIR)")
-    group.addoption("--intake", default="{}", help="what the engine's intake left out, as JSON: {\"missing\": "
-                    "{module: why}, \"source\": the original submission} (autograder.submission.take.taken)")
 
 
+_SPEC = pytest.StashKey[GradingSpec]()
 _TIMES = pytest.StashKey[dict]()
 _KEY = pytest.StashKey[bytes]()
 _FAILURE = pytest.StashKey[str]()  # why the grader could not run student code (GraderUnavailable)
@@ -70,16 +59,14 @@ def pytest_configure(config):
     if fd is not None:  # read and closed before any student process starts
         config.stash[_KEY] = os.read(fd, 256)
         os.close(fd)
-    if config.getoption("batch_dir"):  # given by the engine: a warm server forked before the run began has no env
-        os.environ[batchlock.ENV] = config.getoption("batch_dir")
-    if config.getoption("results_file"):  # a grading: the batch's measurements stop its trusted work too
-        batchlock.register(os.getpid(), "processes")
-    submission = config.getoption("submission")
-    if submission:
-        sandbox = Sandbox(submission, call_timeout=config.getoption("call_timeout"),
-                          limits=Limits.from_dict(json.loads(config.getoption("limits"))),
-                          isolation=config.getoption("isolation"), zygote=config.getoption("zygote"),
-                          python=config.getoption("student_python"), intake=json.loads(config.getoption("intake")))
+    if config.getoption("spec"):  # a grading, given by the engine
+        spec = config.stash[_SPEC] = GradingSpec.from_json(config.getoption("spec"))
+        if spec.batch_dir:  # a warm server forked before the run began has no env
+            os.environ[batchlock.ENV] = spec.batch_dir
+        batchlock.register(os.getpid(), "processes")  # the batch's measurements stop its trusted work too
+        sandbox = Sandbox(spec.submission, call_timeout=spec.call_timeout, limits=spec.limits,
+                          isolation=spec.isolation, zygote=spec.zygote, python=spec.student_python,
+                          intake=spec.intake())
         sandbox.start()
         config.stash[_SANDBOX] = sandbox
     lazy_dynamo.install()  # before the graders' first meta-device op (autograder/sandbox/lazy_dynamo.py)
@@ -113,7 +100,8 @@ def student(request):
     try:
         return request.config.stash[_SANDBOX]
     except KeyError:
-        pytest.fail("run the graders with --submission DIR")
+        pytest.fail("the graders run under the kit's engine (autograder/grade/engine.py), which gives the "
+                    "grading as --spec")
 
 
 def _title(item):
@@ -196,20 +184,21 @@ def pytest_sessionfinish(session, exitstatus):
     times["finished"] = time.time()
     # What answers, messages and pictures cost this trusted process: a bound the adversarial corpus checks.
     extra["peak_mib"] = peak_mib()
-    path = config.getoption("results_file")
-    if path:
+    spec = config.stash.get(_SPEC, None)
+    if spec is not None:
         failure = config.stash.get(_FAILURE, None)
         if failure is not None:
             extra["grader_failure"] = failure
-        write_signed(path, config.stash.get(_KEY, b""), {"tests": config.stash[_RESULTS], **extra})
+        write_signed(spec.results_file, config.stash.get(_KEY, b""), {"tests": config.stash[_RESULTS], **extra})
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
     """Under the engine, leave at once: the results are written, and tearing torch down takes ~0.5 s."""
-    if config.getoption("results_file"):
-        batchlock.unregister(os.getpid(), "processes")
-    if config.getoption("results_file") and _EXIT in config.stash:
+    if _SPEC not in config.stash:
+        return
+    batchlock.unregister(os.getpid(), "processes")
+    if _EXIT in config.stash:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(config.stash[_EXIT])

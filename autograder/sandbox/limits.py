@@ -28,7 +28,8 @@ class Limits:
     output_bytes: int | None = 1 << 20  # what student code may print or write to files
 
     def to_dict(self) -> dict:
-        """The limits as they cross a process boundary (JSON: the grader's --limits, the student's config)."""
+        """The limits as they cross a process boundary (JSON: the grading's spec, autograder/grade/spec.py, and
+        the student's config)."""
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
     @classmethod
