@@ -118,6 +118,7 @@ class Slurm:
             "SelectTypeParameters=CR_Core_Memory", "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none", "MpiDefault=none",
             "MailProg=/bin/true", "ReturnToService=2", "KillWait=10", "MinJobAge=600",
+            "SchedulerParameters=batch_sched_delay=0",  # a job starts when submitted, not up to 3 s later
             f"{node} NodeAddr=127.0.0.1 State=UNKNOWN",
             f"PartitionName=debug Nodes={self.name} Default=YES MaxTime=INFINITE State=UP", ""]))
         self._daemon("slurmctld", _binary("slurmctld"), "-D", "-f", str(self.conf))
