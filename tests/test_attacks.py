@@ -34,8 +34,9 @@ speed measurements.
 **Levels.** Every case is a test at every level (`[namespaces-<case>]`,
 `[landlock-<case>]`, `[none-<case>]`), except those the trusted side alone
 decides (the intake, the answers' frames, the report's text, the speed
-checks' clocks, its own comparisons: TRUSTED_SIDE_KINDS), graded at the weakest level under test only, each with a
-test that shows why the level cannot change its outcome
+checks' clocks, its own comparisons: TRUSTED_SIDE_KINDS), graded at the
+weakest level under test only, each with a test that shows why the level
+cannot change its outcome
 (`test_a_case_graded_at_one_level_reaches_nothing_a_level_confines`). Which levels the machine offers is
 found by probing (`autograder.sandbox.isolation.choose_isolation(level)`); a level it
 does not offer skips its tests, saying why. As root, student code below

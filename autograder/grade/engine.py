@@ -253,6 +253,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
         report.notes = list(got.notes.values())
         report.missing = dict(got.absent)
         results_file = Path(tmp) / "results.json"
+        batch = batchlock.folder()
         spec = GradingSpec(
             submission=str(folder.resolve()), results_file=str(results_file), call_timeout=call_timeout,
             limits=limits, isolation=level, student_python=python,
@@ -261,7 +262,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
             # (LazyServers start here: after intake, which may refuse the submission before any process)
             zygote=servers.zygote.address if servers else None,
             # a class run: explicit, as servers may predate it
-            batch_dir=str(batchlock.folder()) if batchlock.folder() is not None else None)
+            batch_dir=str(batch) if batch is not None else None)
         args = [str(GRADERS), "-c", str(GRADERS / "pytest.ini"), "--rootdir", str(GRADERS),
                 "-p", "autograder.grade.plugin", "-q", "--no-header", "--tb=no", "--spec", spec.to_json()]
         if select:

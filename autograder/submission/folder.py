@@ -22,7 +22,7 @@ import itertools
 import os
 from pathlib import Path
 
-from autograder.submission import intake
+from autograder.submission import intake  # intake.MAX_ENTRIES read when used: one cap, wherever it is set
 from autograder.submission.forms import one_form
 from autograder.submission.intake import (EXPECTED, MAX_FILE, OTHER_LINK_HINT, Refused, SubmissionError, hidden,
                                           may_be_module, module_of_file, modules_named, read_regular, shown)
@@ -176,9 +176,9 @@ def take_files(folder_fd, prefix="", max_unzipped=intake.MAX_UNZIPPED) -> tuple[
     """The .py files and notebooks of the open folder `folder_fd`: ({name: bytes}, {shown name: why not taken}).
 
     `prefix` is the folder's path in the submission, for the messages.
-    Everything is read with `read_regular`; at most intake.MAX_ENTRIES files and
+    Everything is read with `read_regular`; at most MAX_ENTRIES files and
     `max_unzipped` bytes in all are taken, the modules' own files first (a
-    crowd of helpers never pushes a module out); the files past intake.MAX_ENTRIES
+    crowd of helpers never pushes a module out); the files past MAX_ENTRIES
     are counted in one note. A folder (`01_attention.ipynb/` too) is not a
     file and is passed over; a link of any name is never followed and is
     named. SubmissionError when the folder holds more than MAX_FOLDER

@@ -12,7 +12,7 @@ import stat
 import zipfile
 from pathlib import Path
 
-from autograder.submission import intake
+from autograder.submission import intake  # intake.MAX_ENTRIES read when used: one cap, wherever it is set
 from autograder.submission.intake import (LINK_HINT, MAX_FILE, READ_FLAGS, Refused, SubmissionError, hidden, kind_of,
                                           shown, size_text, write_new)
 
@@ -48,7 +48,7 @@ def unzip(path, dest, max_unzipped=intake.MAX_UNZIPPED) -> dict[str, str]:
     """Unpack the .py files and notebooks of the submission zip `path` into the empty folder `dest`.
 
     Returns {entry name: why it was left out}. Raises SubmissionError when
-    the zip cannot be read at all, holds more than intake.MAX_ENTRIES entries, or
+    the zip cannot be read at all, holds more than MAX_ENTRIES entries, or
     declares more than `max_unzipped` bytes: a bomb is refused before a byte is
     unpacked. Entries that would land outside `dest` (absolute, `..`), links,
     special files and files over their limit are left out and named; bytes
