@@ -346,8 +346,7 @@ def grade_all(folder, output, jobs, force, shard, call_timeout, submission_timeo
     nothing; the lock goes when that process ends, however it ends);
     130 after Ctrl-C.
     """
-    from autograder.grade import batch, shards
-    from autograder.report.model import GradeReport, safe_line
+    from autograder.grade import batch
     from autograder.sandbox.errors import GraderUnavailable
     from autograder.sandbox.isolation import choose_isolation
 

@@ -412,7 +412,7 @@ def _template_copy(folder: Path, py_from: Path | None = None, notebooks_from: Pa
 @pytest.mark.grading
 def test_solved_notebooks_beside_untouched_stubs_are_graded_and_the_report_says_so(tmp_path):
     """The notebook trap: a copy of the template with the notebooks solved and the .py stubs left alone."""
-    from autograder.release import ASSIGNMENT_DIR, NOTEBOOKS
+    from autograder.release import ASSIGNMENT_DIR
 
     folder = _template_copy(tmp_path / "student", notebooks_from=ASSIGNMENT_DIR)
     report = grade(folder)
@@ -437,8 +437,6 @@ def test_a_py_folder_beside_the_untouched_notebooks_says_nothing_of_them(tmp_pat
 
 
 def test_solved_stubs_beside_untouched_notebooks_grade_the_py_files(tmp_path):
-    from autograder.release import NOTEBOOKS
-
     files, notes, missing = _taken(_template_copy(tmp_path / "student", py_from=SOLUTIONS))
     assert not missing
     with taken(tmp_path / "student") as got:

@@ -273,8 +273,8 @@ def test_merge_lists_stale_rows_and_rows_of_other_shards(tmp_path):
     batch.write_gradebook(outs[0], book)
     result = run("merge", *outs, "-o", tmp_path / "merged")
     assert result.exit_code == 1, result.output
-    assert f"rows graded from another kit, other settings or another content" in result.output
-    assert f"rows of submissions it was not assigned" in result.output and stranger in result.output
+    assert "rows graded from another kit, other settings or another content" in result.output
+    assert "rows of submissions it was not assigned" in result.output and stranger in result.output
 
 
 def test_merge_refuses_a_manifest_whose_ids_are_paths(tmp_path):
@@ -358,7 +358,7 @@ def test_a_shard_never_started_is_unfinished_not_a_refusal(tmp_path):
     (outs[2] / batch.LOCK).write_text("")  # shard 2: stopped before its manifest; shard 3: never started
     result = run("merge", *outs, "-o", tmp_path / "merged")
     assert result.exit_code == 1, result.output
-    assert f"nothing in them yet (the shard never started" in result.output
+    assert "nothing in them yet (the shard never started" in result.output
     assert f"{outs[2]}, {outs[3]}" in result.output and "shards not given (of 4, counting from 0): 2, 3" in \
         result.output, result.output
 
