@@ -574,10 +574,60 @@ def test_a_daemon_started_by_student_code_is_gone_when_its_grading_ends(tmp_path
     pytest.fail(f"processes started by student code still run after its grading ended: {_alive(marker)}")
 
 
-def _alive(marker):
-    """Pids of live (not zombie) processes whose command line holds `marker`."""
+@pytest.mark.parametrize("level", ["namespaces", "landlock", "none"])
+def test_a_daemon_is_gone_when_its_keeper_does_not_end_the_tree_in_time(tmp_path, level, student_python, monkeypatch):
+    """A keeper that does not end the tree within its time (a neighbour's speed check may hold it stopped, as a
+    make test beside two busy loops found at the none level): the trusted side kills everything under it, then
+    the keeper. Killed first, the keeper handed the daemon to init, which wrote into the output folder once the
+    student process was gone."""
+    from autograder.sandbox import process
+
+    if level == "namespaces" and WHY_NOT:
+        pytest.skip(WHY_NOT)
+    monkeypatch.setattr(process, "KEEPER_SECONDS", 0.0)  # no time at all: the trusted side always takes over
+    (tmp_path / "masks.py").write_text(DAEMON)
+    with Sandbox(tmp_path, call_timeout=20.0, isolation=level, python=student_python) as sb:
+        sb.call("masks", "causal_mask", 2)
+        marker = str(sb._tmp)
+        assert _alive(marker), "the daemon cannot be seen from here"
+    assert _gone(marker), f"at {level}: processes started by student code outlive their grading: {_alive(marker)}"
+
+
+def test_the_zygote_ends_the_whole_tree_of_a_student_process_whose_grading_is_gone(tmp_path, student_python):
+    """The trusted process that asked for a student process dies without ending it (a grading killed at its
+    timeout): the zygote ends all of it, the daemon that left the keeper's group and session included."""
+    (tmp_path / "masks.py").write_text(DAEMON)
+    with WarmServers(python=student_python) as servers, \
+            Sandbox(tmp_path, call_timeout=20.0, isolation="none", python=student_python,
+                    zygote=servers.zygote.address) as sb:
+        sb.call("masks", "causal_mask", 2)
+        marker, zygote = servers.zygote.label, servers.zygote._proc.pid  # on the command line of all its forks
+        assert _alive(marker, but=zygote), "the daemon cannot be seen from here"
+        worker, sb._proc = sb._proc, None  # forgotten without a word: only the zygote can end it now
+        worker.close()
+        gone = _gone(marker, but=zygote)
+        left = _alive(marker, but=zygote)
+        for stream in (worker.stdin, worker.stdout):
+            stream.close()
+    assert gone, f"processes started by student code outlive their grading: {left}"
+
+
+def _gone(marker, seconds=5.0, but=None):
+    """Whether no live process but `but` holds `marker` on its command line within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while _alive(marker, but):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _alive(marker, but=None):
+    """Pids of live (not zombie) processes whose command line holds `marker`, `but` aside."""
     found = []
     for pid in os.listdir("/proc"):
+        if pid == str(but):
+            continue
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 if marker.encode() not in fh.read():

@@ -26,11 +26,13 @@ from autograder.sandbox import batchlock
 from autograder.sandbox.diskguard import DiskGuard
 from autograder.sandbox.errors import GraderUnavailable
 from autograder.sandbox.forkclient import Worker
+from autograder.sandbox.forkserver import end_tree
 from autograder.sandbox.isolation import CHILD, choose_isolation, read_handshake, refusals
 from autograder.sandbox.limits import WRITABLE, Limits, forbidden_paths, student_env
 from autograder.submission import intake as _intake
 
 LOG_TAIL = 1500
+KEEPER_SECONDS = 3.0  # how long the keeper may take to end the student's tree on SIGTERM (keeper.py)
 
 
 def remove_tree(path):
@@ -164,7 +166,8 @@ class StudentProcess:
 
     def _kill(self):
         """End the student process and everything it started: its keeper (see keeper.py) ends them all on
-        SIGTERM; the process group is killed outright if the keeper does not finish in time.
+        SIGTERM; if the keeper does not finish within KEEPER_SECONDS, everything under it is killed from here,
+        then the keeper (forkserver.end_tree: killed first, it would hand a daemon on to init).
 
         Safe from two threads at once (a caller closing the sandbox while a call in another thread fails
         because of it): the process is taken under a lock, and only the thread that took it ends it."""
@@ -178,12 +181,9 @@ class StudentProcess:
         try:
             os.kill(proc.pid, signal.SIGTERM)
             os.kill(proc.pid, signal.SIGCONT)  # a keeper stopped by a freeze (autograder/sandbox/freeze.py) acts on it
-            proc.wait(timeout=3)
-        except (OSError, subprocess.TimeoutExpired):  # no keeper yet, or one that does not finish
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            proc.wait(timeout=KEEPER_SECONDS)
+        except (OSError, subprocess.TimeoutExpired):  # no keeper yet, or one that does not finish: a neighbour's
+            end_tree(proc.pid)  # freeze that began before unregister() may stop it again; all of it, under it first
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
