@@ -38,10 +38,10 @@ The server forks; the fork calls `setsid()` and the handler, and exits with
 its return value. The server answers {"pid": ...} at once and {"exit": code}
 (negative: killed by that signal) when the fork ends. A client that closes
 its connection early has its worker killed, with every process under it
-(`end_tree`). A server whose stdin closes kills its workers so and exits, so an owner that dies takes its
-servers with it. Servers are not dumpable (PR_SET_DUMPABLE 0): a process of
-the same uid may not ptrace them nor read their /proc files (memory,
-environment, descriptors).
+(`end_tree`). A server whose stdin closes kills its workers the same way and
+exits, so an owner that dies takes its servers with it. Servers are not
+dumpable (PR_SET_DUMPABLE 0): a process of the same uid may not ptrace them
+nor read their /proc files (memory, environment, descriptors).
 """
 from __future__ import annotations
 
@@ -85,11 +85,12 @@ def channel_fd(address) -> int:
     return int(number)
 
 
-def _parent(pid):
-    """The parent pid of `pid` (its /proc/<pid>/stat), or None when it cannot be read."""
+def _stat(pid):
+    """(state, parent pid) of `pid` (its /proc/<pid>/stat), or None when it cannot be read."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
-            return int(fh.read().rsplit(b")", 1)[1].split()[1])
+            state, parent = fh.read().rsplit(b")", 1)[1].split()[:2]
+        return state, int(parent)
     except (OSError, ValueError, IndexError):
         return None
 
@@ -112,9 +113,10 @@ def peer_allowed(conn, owner, server=None):
             return False
         if pid == owner:
             return True
-        pid = _parent(pid)
-        if pid is None or pid <= 1:
+        stat = _stat(pid)  # its parent next
+        if stat is None or stat[1] <= 1:
             return False
+        pid = stat[1]
     return False
 
 
@@ -130,18 +132,15 @@ def kill_group(pid):
 def _living_under(root):
     """Every live descendant of `root` (zombies aside), by the parent links in /proc."""
     children = {}
-    for name in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                state, parent = fh.read().rsplit(b")", 1)[1].split()[:2]
-            children.setdefault(int(parent), []).append((int(name), state not in (b"Z", b"X")))
-        except (OSError, ValueError):
-            continue
+    for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
+        if (stat := _stat(pid)) is not None:
+            children.setdefault(stat[1], []).append((pid, stat[0] not in (b"Z", b"X")))
     found, todo = [], [root]
     while todo:
         for pid, alive in children.get(todo.pop(), ()):
             todo.append(pid)
-            found += [pid] if alive else []
+            if alive:
+                found.append(pid)
     return found
 
 
@@ -154,13 +153,13 @@ def end_tree(pid, rounds=200):
     group the trusted side knows. Bounded: a killed process forks no more; a round ends one generation."""
     for _ in range(rounds):
         under = _living_under(pid)
+        if not under:
+            break
         for kid in under:
             try:
                 os.kill(kid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        if not under:
-            break
         time.sleep(0.001)
     kill_group(pid)
 

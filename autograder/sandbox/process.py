@@ -182,8 +182,9 @@ class StudentProcess:
             os.kill(proc.pid, signal.SIGTERM)
             os.kill(proc.pid, signal.SIGCONT)  # a keeper stopped by a freeze (autograder/sandbox/freeze.py) acts on it
             proc.wait(timeout=KEEPER_SECONDS)
-        except (OSError, subprocess.TimeoutExpired):  # no keeper yet, or one that does not finish: a neighbour's
-            end_tree(proc.pid)  # freeze that began before unregister() may stop it again; all of it, under it first
+        except (OSError, subprocess.TimeoutExpired):  # no keeper yet, or one that does not finish in time (a
+            # neighbour's freeze that began before unregister() may stop it again): all of it, under it first
+            end_tree(proc.pid)
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
