@@ -127,7 +127,8 @@ def test_markdown_and_html_show_a_shared_message_once():
 
 
 def fix_first_report():
-    """A fault that fails three checks with one "Likely bug" line, after a check of its own that comes first."""
+    """A fault that fails three checks with one "Likely bug" line, and a check of its own that ran first and names
+    no cause (its name, then its message, after the fix)."""
     return report(check("own", "attention", message="expected ValueError, got nothing"),
                   check("a", "attention", message=BUG_A), check("b", "attention", message=BUG_B),
                   check("c", "attention", message=BUG_A.replace("[0]", "[1]")))
@@ -139,7 +140,7 @@ def test_each_listing_shows_the_fix_before_the_checks_it_failed(fmt):
     fix = shown.index(md_inline(FIX) if fmt == "markdown" else FIX)  # Markdown: as literal text
     assert shown.count(FIX) + shown.count(md_inline(FIX)) == 1 and shown.count("got 0.3775") == 1, shown  # once, with the first check's numbers
     assert fix < shown.index("got 0.3775") < shown.index("check a") < shown.index("check b") < shown.index("check c")
-    assert shown.index("check own") < shown.index("expected ValueError") < fix, shown  # a check of its own: as before
+    assert shown.index("check c") < shown.index("check own") < shown.index("expected ValueError"), shown  # then the rest
 
 
 def test_html_heads_the_cause_with_its_fix():
@@ -172,3 +173,13 @@ def test_junit_and_classroom_give_the_cause_first():
     assert root.find(".//testcase[@name='own']/failure").get("message") == "expected ValueError, got nothing"
     messages = {t["name"]: t["message"] for t in classroom_payload(fix_first_report())["tests"]}
     assert messages["attention: check b"].startswith(FIX + "\nexpected 0.6741"), messages
+
+
+def test_a_cause_that_names_its_fix_comes_before_checks_that_name_none():
+    """One fault can fail a check that cannot tell why (a float64 value a float32 constant rounded) next to one
+    that names the fix (a tensor made on a fixed device): the fix comes first."""
+    r = report(check("own", "attention", message="expected 0.2561, got 0.2561 (1 of 4 entries differ)"),
+               check("a", "attention", message=BUG_A), check("b", "attention", status="passed"))
+    assert [e.tests[0].id for e in entries(r.failed())] == ["a", "own"]
+    text = r.to_text()
+    assert text.index(FIX) < text.index("check a") < text.index("check own"), text

@@ -173,7 +173,8 @@ class Entry:
 def entries(tests, everything=None) -> list[Entry]:
     """`tests` as a listing shows them: one entry per module not started (judged on `everything`, the report's
     checks, when `tests` are some of them), then one entry per cause: the checks that share a message (the same
-    cause), in the order the first of them ran, with that message once (the first check's)."""
+    cause) with that message once (the first check's); first the causes whose message names a likely bug (a fix),
+    then the others, each in the order the first of its checks ran."""
     skip = set(not_started(tests if everything is None else everything))
     out = [Entry([t for t in tests if t.module == m], NOT_STARTED, module=m) for m in dict.fromkeys(
         t.module for t in tests) if m in skip]
@@ -181,8 +182,8 @@ def entries(tests, everything=None) -> list[Entry]:
     for t in tests:
         if t.module not in skip:
             groups.setdefault(cause(t.message) if t.message else id(t), []).append(t)
-    out += [Entry(group, group[0].message.rstrip("\n")) for group in groups.values()]
-    return out
+    causes = [Entry(group, group[0].message.rstrip("\n")) for group in groups.values()]
+    return out + sorted(causes, key=lambda e: not e.fixes)  # the causes that name a fix first, else as they ran
 
 
 def _listing(title, tests, everything, cost=None, verb="fails"):
