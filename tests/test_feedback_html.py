@@ -373,7 +373,8 @@ addEventListener("load", () => {
     range.setStart(n, at);
     range.setEnd(n, end < 0 ? n.data.length : end);
     const rects = [...range.getClientRects()];
-    found = {top: Math.min(...rects.map(r => r.top)) + scrollY, bottom: Math.max(...rects.map(r => r.bottom)) + scrollY};
+    found = {top: Math.min(...rects.map(r => r.top)) + scrollY,
+             bottom: Math.max(...rects.map(r => r.bottom)) + scrollY};
   }
   const root = document.documentElement;
   root.dataset.measured = JSON.stringify({cause: found, width: innerWidth, scrollWidth: root.scrollWidth});
@@ -405,8 +406,8 @@ def graders_checks(module):
 
 
 # The longest evidence and fix of one fault the corpus gives (a mask drawn, a fix of three lines on a phone).
-EVIDENCE = ("causal_mask(1) is not the lower triangle, diagonal included; causal_mask(4) (✓ may attend, · blocked):\n"
-            "    expected   got\n    ✓ · · ·    · ✓ ✓ ✓\n    ✓ ✓ · ·    · · ✓ ✓\n    ✓ ✓ ✓ ·    · · · ✓\n"
+EVIDENCE = ("causal_mask(1) is not the lower triangle, diagonal included; causal_mask(4) (✓ may attend, · blocked):"
+            "\n    expected   got\n    ✓ · · ·    · ✓ ✓ ✓\n    ✓ ✓ · ·    · · ✓ ✓\n    ✓ ✓ ✓ ·    · · · ✓\n"
             "    ✓ ✓ ✓ ✓    · · · ·")
 FIX = ("Likely bug: your MultiHeadAttention has no output projection Wo: create self.Wo = nn.Linear(d_out, d_out) "
        "and return Wo applied to the merged heads (B, T, d_out).")

@@ -216,8 +216,9 @@ table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3rem .8rem;t
 pre{background:#f6f6f6;padding:.6rem;white-space:pre-wrap}code{background:#f0f0f0;padding:0 .15rem}
 img{max-width:100%;height:auto}figure{margin:1rem 0}figcaption{font-size:.9rem;color:#555}
 .panels{display:flex;flex-wrap:wrap;gap:.5rem}.numbers{overflow-x:auto;margin:.5rem 0}
-.numbers table{font-size:.8rem;font-variant-numeric:tabular-nums;min-width:15rem}
-.numbers td,.numbers th{padding:.1rem .35rem}.numbers caption{text-align:left;font-size:.85rem;color:#555;padding:.2rem 0}
+.numbers table{font-size:.8rem;font-variant-numeric:tabular-nums;min-width:18rem}
+.numbers td,.numbers th{padding:.1rem .35rem}
+.numbers caption{text-align:left;font-size:.85rem;color:#555;padding:.2rem 0}
 .cause{margin:1rem 0}.cause ul{padding-left:1.2rem}
 h1{font-size:1.6rem}summary{cursor:pointer;font-weight:600}li{margin:.3rem 0}
 @media (max-width:30rem){body{margin:1rem auto}h1{font-size:1.35rem}td,th{padding:.15rem .6rem}}"""
