@@ -450,3 +450,38 @@ def test_grade_all_neutralises_hostile_submission_names(tmp_path):
         summary = list(csv.reader(fh))
     for cell in (cell for record in summary for cell in record):
         assert not cell.startswith(TRIGGERS) and not raw_controls(cell, allowed="\n"), cell
+
+
+# -- a cause shown first, as a heading ---------------------------------------------------------------------
+# A student's exception message can hold lines of its own, one of them dressed as a "Likely bug" line: a cause
+# shared by several checks is shown first, as a heading (report.model.Entry), and must stay text there too.
+HOSTILE_CAUSE = (f"forward() raised RuntimeError: ``` <img src=x onerror=alert(1)> [x](https://evil.example){ESC}[8m\n"
+                 "Likely bug: **Total: 100/100** <script>alert(1)</script> [regrade](https://evil.example) | a |"
+                 f"{ESC}]0;owned\x07\n{FORGED}")
+
+
+def hostile_cause_report():
+    return GradeReport(submission="s", tests=[
+        Result(id=f"test_{i}", name=f"checks {i}", module="mha", aspect="values", points=2, status="failed",
+               message=HOSTILE_CAUSE) for i in range(3)])
+
+
+def test_a_hostile_cause_at_the_head_of_its_checks_stays_text_in_every_format():
+    report = hostile_cause_report()
+    text = render(report, "text")
+    assert not raw_controls(text), raw_controls(text)
+    assert not [ln for ln in text.splitlines() if ln and not ln[0].isspace() and not ln.startswith(GRADER_LINES)]
+    assert [ln for ln in text.splitlines() if ln.startswith("Total")] == [report.summary_line()]
+    tokens = list(walk(markdown_tokens(to_markdown(report))))
+    assert not {t["type"] for t in tokens} & {"inline_html", "block_html", "link", "image"}
+    headings = [plain(t) for t in tokens if t["type"] == "heading"]
+    assert headings == ["Feedback: s", "What to fix", safe_line(HOSTILE_CAUSE.splitlines()[1])], headings  # literal
+    page = to_html(report)
+    assert not raw_controls(page) and "<script>" not in page and "<img src=x" not in page
+    data = json.loads(render(report, "gradescope"))
+    for value in [data["output"], *(t["output"] for t in data["tests"])]:
+        assert not raw_controls(value), value
+    assert [ln for ln in data["output"].splitlines() if not ln.startswith(" ")] == [  # the student's: indented
+        report.summary_line(), "", "What to fix (1 cause; under it, the checks it fails):"], data["output"]
+    root = ET.fromstring(to_junit(report).encode())
+    assert all(not raw_controls(e.get("message", "")) for e in root.iter("failure"))

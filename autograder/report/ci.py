@@ -34,7 +34,7 @@ import xml.etree.ElementTree as ET
 from fractions import Fraction
 
 from autograder import MODULES
-from autograder.report.model import GradeReport, safe_line, safe_text
+from autograder.report.model import GradeReport, fix_first, safe_line, safe_text
 from autograder.scoring import apportion, fmt
 
 # The reporter receives the result through an environment variable, and Linux
@@ -118,7 +118,7 @@ def to_junit(report: GradeReport) -> str:
             _properties(case, [("description", t.name), ("aspect", t.aspect), ("points", _g(points)),
                                ("score", _g(score))])
             if t.status == "failed":
-                message = t.message or "check failed"
+                message = fix_first(t.message) or "check failed"  # the cause first: the likely bug, if named
                 failure = ET.SubElement(case, "failure", message=_xml_text(_first_line(message)),
                                         type="grader-error" if t.grader_error else "check-failed")
                 failure.text = _xml_text(message)
@@ -177,7 +177,7 @@ def _classroom_payload(report: GradeReport, message_limit: int) -> dict:
             "name": safe_line(f"{t.module}: {t.name}"),
             "status": "pass" if t.status == "passed" else "fail",
             "score": score,
-            "message": clip(t.message) if t.status == "failed" else "",
+            "message": clip(fix_first(t.message)) if t.status == "failed" else "",
             "test_code": "",
             "filename": "",
             "line_no": 0,

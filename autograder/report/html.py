@@ -38,6 +38,26 @@ def _fenced(text) -> list[str]:
     return [fence, text, fence]
 
 
+def _md_entry(e, report=None, verb="fails") -> list[str]:
+    """Markdown lines of one entry of a listing (report.model.entries). A headed one: the cause as the heading
+    (its "Likely bug" lines, else its message's first line, as literal text), the rest of its message, then the
+    checks it `verb`, each with what it cost (when `report` is given); a check of its own: its name as the
+    heading, then its message."""
+    cost = (lambda t: f" (-{_cost(report, t)})" if report else "")
+    if not e.headed:
+        lines = [line for t in e.tests for line in (f"### {t.module}: {safe_line(t.name)}{cost(t)}", "")]
+        return [*lines, *_fenced(e.message), ""] if e.message else lines
+    first, *more = e.heading
+    lines = [f"### {md_inline(first)}", ""] + ([*(md_inline(line) + "  " for line in more[:-1]), md_inline(more[-1]),
+                                                 ""] if more else [])
+    if e.details:
+        lines += [*_fenced(e.details), ""]
+    lost = (f" (-{fmt(sum(report.check_figures(t)[1] for t in e.tests))} in all)"
+            if report and len(e.tests) > 1 else "")
+    return [*lines, f"{e.checks_line(verb)[:-1]}{lost}:", "",
+            *(f"- {t.module}: {safe_line(t.name)}{cost(t)}" for t in e.tests), ""]
+
+
 def to_markdown(report: GradeReport) -> str:
     lines = [f"# Feedback: {md_inline(report.submission)}", "", f"**{report.summary_line()}**", ""]
     if report.status != "graded":
@@ -60,18 +80,14 @@ def to_markdown(report: GradeReport) -> str:
                 lost = fmt(sum(report.check_figures(t)[1] for t in e.tests))
                 lines += [f"### {e.module}: {e.message} ({len(e.tests)} checks) (-{lost})", ""]
                 continue
-            for t in e.tests:
-                lines += [f"### {t.module}: {safe_line(t.name)} (-{_cost(report, t)})", ""]
-            lines += [*_fenced(e.message), ""]
+            lines += _md_entry(e, report)
     elif report.status == "graded" and report.tests and not report.failed():
         lines += ["", "Every check passed."]
     noted = report.noted()
     if noted:
         lines += ["", "## Passed, with a note", ""]
         for e in entries(noted, report.tests):
-            for t in e.tests:
-                lines += [f"### {t.module}: {safe_line(t.name)}", ""]
-            lines += [*_fenced(e.message), ""]
+            lines += _md_entry(e, verb="concerns")
     skipped = report.skipped()
     if skipped:
         lines += ["", f"_Not graded on this machine: {len(skipped)} checks that need CUDA._"]
@@ -132,56 +148,80 @@ def _cell(value) -> str:
     return f"{value:.2f}" if -10 < value < 10 else f"{value:.0e}"
 
 
-def _heatmap_png(data) -> str:
-    """The student's weights next to the reference's, as a base64 PNG; only for data `_cannot_draw` accepts.
+PANELS = (("yours", "yours"), ("expected", "reference"))  # (key of the recording, title), left to right
+
+
+def _heatmap_png(data) -> tuple[str, str]:
+    """The student's weights and the reference's, one base64 PNG each (yours, then the reference's); only for
+    data `_cannot_draw` accepts. Two pictures, not one of two panels: side by side on a wide screen, one under
+    the other on a phone, each as large as the width allows (one picture of both shrank to half on a phone).
 
     Drawn once per distinct picture (a class's correct answers all give the same one): ~0.15 s each.
     """
-    return _drawn(json.dumps({"yours": data["yours"], "expected": data["expected"]}))
+    return tuple(_drawn(json.dumps({"values": data[key], "title": title})) for key, title in PANELS)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=128)
 def _drawn(picture: str) -> str:
-    """The picture `picture` (JSON of the two matrices `_cannot_draw` accepted): rows are queries and columns
-    keys, each tick at a cell and labelled with its token (q1, q2 / k1, k2), and the layout is constrained,
-    so that no label runs into the other panel."""
+    """The picture `picture` (JSON of one matrix `_cannot_draw` accepted, and its title): rows are queries and
+    columns keys, each tick at a cell and labelled with its token (q1, q2 / k1, k2), a colour bar from 0 to 1,
+    the layout constrained, so that no label is cut off or runs into the colour bar."""
     data = json.loads(picture)
     from matplotlib.figure import Figure  # no pyplot: no global state, no backend to choose
 
-    rows, cols = _matrix_shape(data["expected"])
+    values = data["values"]
+    rows, cols = _matrix_shape(values)
     small = max(rows, cols) <= _ANNOTATED_CELLS
-    size = 9 if small else 7  # the picture shrinks to about half on a phone: as large as the cells allow
-    fig = Figure(figsize=(6.4, 3.2), layout="constrained")
-    axes = fig.subplots(1, 2)
-    for ax, key, title in zip(axes, ("yours", "expected"), ("yours", "reference")):
-        values = data[key]
-        image = ax.imshow(values, vmin=0, vmax=1, cmap="viridis")
-        ax.set_title(title, fontsize=11)
-        ax.set_xticks(range(cols), [f"k{j + 1}" for j in range(cols)], fontsize=size, rotation=0 if small else 90)
-        ax.set_yticks(range(rows), [f"q{i + 1}" for i in range(rows)], fontsize=size)
-        ax.set_xlabel("key", fontsize=10)
-        ax.set_ylabel("query", fontsize=10)
-        if small:
-            for i, row in enumerate(values):
-                for j, v in enumerate(row):
-                    ax.text(j, i, _cell(v), ha="center", va="center", fontsize=size,
-                            color="white" if not v >= 0.5 else "black")
-    fig.colorbar(image, ax=axes, shrink=0.8)
+    size = 11 if small else 8  # shown at about 320 px wide, on a phone too
+    fig = Figure(figsize=(3.4, 3.0), layout="constrained")
+    ax = fig.subplots()
+    image = ax.imshow(values, vmin=0, vmax=1, cmap="viridis")
+    ax.set_title(data["title"], fontsize=12)
+    ax.set_xticks(range(cols), [f"k{j + 1}" for j in range(cols)], fontsize=size, rotation=0 if small else 90)
+    ax.set_yticks(range(rows), [f"q{i + 1}" for i in range(rows)], fontsize=size)
+    ax.set_xlabel("key", fontsize=11)
+    ax.set_ylabel("query", fontsize=11)
+    if small:
+        for i, row in enumerate(values):
+            for j, v in enumerate(row):
+                ax.text(j, i, _cell(v), ha="center", va="center", fontsize=size - 1 if cols > 4 else size,
+                        color="white" if not v >= 0.5 else "black")
+    fig.colorbar(image, ax=ax, shrink=0.8)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     return base64.b64encode(buf.getvalue()).decode()
 
 
+def _numbers(values, caption) -> str:
+    """A recorded matrix as an HTML table, for a screen reader and for whoever wants the numbers: a caption, a
+    header cell per key (k1, k2, ...) and per query (q1, q2, ...), each weight as in its picture's cell. In a
+    region of its own that scrolls sideways when the table is wider than the screen (16 keys on a phone), so that
+    the page never does."""
+    head = "".join(f"<th scope='col'>k{j + 1}</th>" for j in range(len(values[0])))
+    body = "".join(f"<tr><th scope='row'>q{i + 1}</th>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>"
+                   for i, row in enumerate(values))
+    return (f"<div class='numbers' role='region' tabindex='0' aria-label='{esc(caption)}'><table>"
+            f"<caption>{esc(caption)}</caption><tr><td></td>{head}</tr>{body}</table></div>")
+
+
 # -- HTML -------------------------------------------------------------------------------------------------
 # Readable on a phone: the viewport meta, pictures that shrink to the width, and long words (a submission
-# id, a tensor printed on one line) broken anywhere rather than pushing the page sideways.
+# id, a tensor printed on one line) broken anywhere rather than pushing the page sideways. On a narrow screen
+# the heading and the table of scores are a little tighter, so that the first cause and its fix are on the
+# first screen (tests/test_feedback_html.py, benchmarks/fix_first.py).
 STYLE = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222;
 overflow-wrap:anywhere}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3rem .8rem;text-align:left}
 .ok{color:#176f2c}.bad{color:#a4161a}.note{color:#555;font-style:italic}
 pre{background:#f6f6f6;padding:.6rem;white-space:pre-wrap}code{background:#f0f0f0;padding:0 .15rem}
 img{max-width:100%;height:auto}figure{margin:1rem 0}figcaption{font-size:.9rem;color:#555}
-h1{font-size:1.6rem}summary{cursor:pointer;font-weight:600}li{margin:.3rem 0}"""
+.panels{display:flex;flex-wrap:wrap;gap:.5rem}.numbers{overflow-x:auto;margin:.5rem 0}
+.numbers table{font-size:.8rem;font-variant-numeric:tabular-nums;min-width:18rem}
+.numbers td,.numbers th{padding:.1rem .35rem}
+.numbers caption{text-align:left;font-size:.85rem;color:#555;padding:.2rem 0}
+.cause{margin:1rem 0}.cause ul{padding-left:1.2rem}
+h1{font-size:1.6rem}summary{cursor:pointer;font-weight:600}li{margin:.3rem 0}
+@media (max-width:30rem){body{margin:1rem auto}h1{font-size:1.35rem}td,th{padding:.15rem .6rem}}"""
 
 
 def esc(text) -> str:
@@ -202,15 +242,20 @@ def _picture(t) -> str:
     why = _cannot_draw(data)
     if not why:
         try:
-            png = _heatmap_png(data)
+            pngs = _heatmap_png(data)
         except Exception:  # a recording the checks above let through never costs the feedback
             why = "the weights could not be drawn"
     if why:
         return f"<p class='note'>No picture of the attention weights: {esc(why)}.</p>"
-    alt = f"Attention weights for {t.module}: {t.name.replace('`', '')}: yours (left) and the reference's (right)"
+    name = f"{t.module}: {t.name.replace('`', '')}"
     caption = data.get("title") or t.name
-    return (f'<figure><img alt="{esc(alt)}" src="data:image/png;base64,{png}" width="640" height="320">'
-            f"<figcaption>{esc(caption)}</figcaption></figure>")
+    images = "".join(f'<img alt="{esc(alt)}" src="data:image/png;base64,{png}" width="340" height="300">'
+                     for png, alt in zip(pngs, (f"Attention weights for {name}: yours",
+                                                f"Attention weights for {name}: the reference's")))
+    tables = "".join(_numbers(data[key], f"{label} (rows: queries, columns: keys)")
+                     for key, label in (("yours", "Your weights"), ("expected", "The reference's weights")))
+    return (f"<figure><div class='panels'>{images}</div><figcaption>{esc(caption)}</figcaption>{tables}"
+            "</figure>")
 
 
 def _cost(report, t) -> str:
@@ -228,14 +273,23 @@ def _check(t, heading="h3", report=None, message=None) -> str:
     return f"<{heading}>{esc(t.module)}: {code_spans(t.name)}{cost}</{heading}>{message}{_picture(t)}"
 
 
-def _entry(e, report=None) -> str:
-    """One entry of a listing (report.model.entries): the checks of one cause, their message once after the
-    last; or a module not started, in one heading."""
-    if not e.module:
-        return "".join(_check(t, report=report, message=e.message if t is e.tests[-1] else "") for t in e.tests)
-    lost = fmt(sum(report.check_figures(t)[1] for t in e.tests)) if report else ""
-    return (f"<h3>{esc(e.module)}: {esc(e.message)} ({len(e.tests)} checks)"
-            + (f" <span class='bad'>(-{lost})</span>" if lost else "") + "</h3>")
+def _entry(e, report=None, verb="fails") -> str:
+    """One entry of a listing (report.model.entries). A headed one: the cause first, as the heading (its "Likely
+    bug" lines, else its message's first line), the rest of its message, then the checks it `verb`, each with
+    what it cost and its picture; a check of its own: its name, its message and its picture; a module not
+    started: one heading."""
+    if e.module:
+        lost = fmt(sum(report.check_figures(t)[1] for t in e.tests)) if report else ""
+        return (f"<h3>{esc(e.module)}: {esc(e.message)} ({len(e.tests)} checks)"
+                + (f" <span class='bad'>(-{lost})</span>" if lost else "") + "</h3>")
+    if not e.headed:
+        return "".join(_check(t, report=report, message=e.message) for t in e.tests)
+    details = f"<pre>{esc(e.details)}</pre>" if e.details else ""
+    lost = (f" <span class='bad'>(-{fmt(sum(report.check_figures(t)[1] for t in e.tests))} in all)</span>"
+            if report and len(e.tests) > 1 else "")
+    checks = "".join(f"<li>{_check(t, 'span', report, message='')}</li>" for t in e.tests)
+    return (f"<section class='cause'><h3 class='fix'>{'<br>'.join(esc(line) for line in e.heading)}</h3>{details}"
+            f"<p>{esc(e.checks_line(verb)[:-1])}{lost}:</p><ul>{checks}</ul></section>")
 
 
 def to_html(report: GradeReport) -> str:
@@ -267,7 +321,7 @@ def to_html(report: GradeReport) -> str:
     noted = report.noted()
     if noted:
         parts.append("<h2>Passed, with a note</h2>")
-        parts += [_entry(e) for e in entries(noted, report.tests)]
+        parts += [_entry(e, verb="concerns") for e in entries(noted, report.tests)]
     passed = [t for t in report.tests if t.status == "passed" and not t.message]
     if passed:
         parts.append(f"<details><summary>Passed checks ({len(passed)})</summary><ul>"

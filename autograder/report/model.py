@@ -88,13 +88,17 @@ PRINTED_TAIL = 1500
 PRINTED_TITLE = f"Printed output (the last {PRINTED_TAIL} characters at most)"
 
 
-# -- one message per cause --------------------------------------------------------------------------
+# -- one message per cause, the cause first --------------------------------------------------------------
 # A fault often fails several checks with one message: a crash inside merge_heads fails every check that runs
 # the module, the same traceback each time; a fault inherited by a module is the same note under each of its
-# checks. Each format lists the checks of one cause together, then their message once. A module whose every
-# check failed because nothing in it is written yet is one line.
+# checks. Each format shows the cause once, first, and the checks it failed under it: the "Likely bug" line that
+# names the fix (else the message's first line: the error, the note), then what came back (the rest of the
+# message), then the checks, each with what it cost. On a phone the fix is then on the first screen, not after a
+# dozen headings of checks. A check of its own with no "Likely bug" line is shown as before: its name, then its
+# message. A module whose every check failed because nothing in it is written yet is one line.
 _FRAME = re.compile(r'\s*File "')
 NOT_STARTED = "not started: every function still raises NotImplementedError"
+LIKELY = "Likely bug: "
 
 
 def cause(message: str) -> str:
@@ -107,8 +111,17 @@ def cause(message: str) -> str:
     if frames:
         error = next((line.split(" raised ", 1)[1] for line in reversed(lines[:frames[0]]) if " raised " in line), "")
         return "\n".join([error, *(line.strip() for line in lines[frames[-1]:])])
-    likely = [line for line in lines if line.startswith("Likely bug: ")]
+    likely = [line for line in lines if line.startswith(LIKELY)]
     return "\n".join(likely) if likely else str(message).strip()
+
+
+def fix_first(message: str) -> str:
+    """`message` with its "Likely bug" lines first, then the rest in its order (what was expected and what came
+    back, a traceback): what one check shows where the format has no room for a heading (Gradescope's output of
+    a check, JUnit's failure, Classroom's message). A message without such a line is returned as it is."""
+    lines = str(message).splitlines()
+    likely = [line for line in lines if line.startswith(LIKELY)]
+    return "\n".join([*likely, *(line for line in lines if not line.startswith(LIKELY))]) if likely else message
 
 
 def not_started(tests) -> list[str]:
@@ -123,17 +136,45 @@ def not_started(tests) -> list[str]:
 
 @dataclass
 class Entry:
-    """One entry of a listing of checks: a check and the message shown under it, or a module not started."""
+    """One entry of a listing of checks: the checks of one cause and their message, or a module not started."""
 
     tests: list  # the checks it stands for: one, or every check of a module not started
-    message: str  # what to show under it (may be "")
+    message: str  # what to show for them (may be "")
     module: str = ""  # set for a module not started
+
+    @property
+    def headed(self) -> bool:
+        """Whether the cause heads the entry, the checks under it: when the message names a likely bug, or is
+        shared by several checks. Else (one check, its own message) the check's name comes first."""
+        return not self.module and bool(self.message) and (len(self.tests) > 1 or bool(self.fixes))
+
+    @property
+    def fixes(self) -> list[str]:
+        """The message's "Likely bug" lines (each names a fix), in order."""
+        return [line for line in self.message.splitlines() if line.startswith(LIKELY)]
+
+    @property
+    def heading(self) -> list[str]:
+        """The cause, as the entry's heading: the "Likely bug" lines, else the message's first line."""
+        return self.fixes or self.message.splitlines()[:1]
+
+    @property
+    def details(self) -> str:
+        """The message less its heading: what was expected and what came back, a traceback ("" when nothing)."""
+        lines = self.message.splitlines()
+        rest = [line for line in lines if not line.startswith(LIKELY)] if self.fixes else lines[1:]
+        return "\n".join(rest).strip("\n")
+
+    def checks_line(self, verb: str = "fails") -> str:
+        """What introduces the checks under a headed entry: "It fails this check:", "It fails these 6 checks:"."""
+        return f"It {verb} this check:" if len(self.tests) == 1 else f"It {verb} these {len(self.tests)} checks:"
 
 
 def entries(tests, everything=None) -> list[Entry]:
     """`tests` as a listing shows them: one entry per module not started (judged on `everything`, the report's
     checks, when `tests` are some of them), then one entry per cause: the checks that share a message (the same
-    cause), in the order the first of them ran, with that message once (the first check's)."""
+    cause) with that message once (the first check's); first the causes whose message names a likely bug (a fix),
+    then the others, each in the order the first of its checks ran."""
     skip = set(not_started(tests if everything is None else everything))
     out = [Entry([t for t in tests if t.module == m], NOT_STARTED, module=m) for m in dict.fromkeys(
         t.module for t in tests) if m in skip]
@@ -141,17 +182,15 @@ def entries(tests, everything=None) -> list[Entry]:
     for t in tests:
         if t.module not in skip:
             groups.setdefault(cause(t.message) if t.message else id(t), []).append(t)
-    for group in groups.values():
-        message = group[0].message.rstrip("\n")
-        if len(group) > 1:
-            message += f"\n(the {len(group)} checks above: one cause)"
-        out.append(Entry(group, message))
-    return out
+    causes = [Entry(group, group[0].message.rstrip("\n")) for group in groups.values()]
+    return out + sorted(causes, key=lambda e: not e.fixes)  # the causes that name a fix first, else as they ran
 
 
-def _listing(title, tests, everything, cost=None):
-    """Text report lines for `tests` under `title`: each check's name (and what it cost, `cost(t)`), the
-    checks of one cause together, then their message once, indented (`entries`); [] when there is no check."""
+def _listing(title, tests, everything, cost=None, verb="fails"):
+    """Text report lines for `tests` under `title` (`entries`): for each cause, the cause first (its "Likely bug"
+    lines, else its message's first line), the rest of its message indented under it, then the checks it
+    `verb` (each with what it cost, `cost(t)`); a check of its own, its name, then its message. [] when there is
+    no check."""
     if not tests:
         return []
     lines = ["", f"{title} ({len(tests)}):"]
@@ -160,8 +199,17 @@ def _listing(title, tests, everything, cost=None):
             lost = f"  (-{fmt(sum(cost(t) for t in e.tests))})" if cost else ""
             lines.append(f"  [{e.module}] {e.message} ({len(e.tests)} checks){lost}")
             continue
-        for t in e.tests:
-            lines.append(f"  [{t.module}] {safe_line(t.name)}" + (f"  (-{fmt(cost(t))})" if cost else ""))
+        check = (lambda t, indent: f"{indent}[{t.module}] {safe_line(t.name)}" + (f"  (-{fmt(cost(t))})" if cost
+                                                                                 else ""))
+        if e.headed:
+            lines += [f"  {safe_line(line)}" for line in e.heading]
+            if e.details:
+                lines.append("      " + safe_text(e.details, "      "))
+            lost = f" (-{fmt(sum(cost(t) for t in e.tests))} in all)" if cost and len(e.tests) > 1 else ""
+            lines.append(f"    {e.checks_line(verb)[:-1]}{lost}:")
+            lines += [check(t, "      ") for t in e.tests]
+            continue
+        lines += [check(t, "  ") for t in e.tests]
         if e.message:
             lines.append("      " + safe_text(e.message, "      "))
     return lines
@@ -347,7 +395,7 @@ class GradeReport:
         fig = self.figures()
         tests = []
         for number, (t, (score, max_score)) in enumerate(zip(self.tests, fig.checks), 1):
-            output = "Passed." if t.status == "passed" else safe_text(t.message)
+            output = "Passed." if t.status == "passed" else safe_text(fix_first(t.message))
             if t.status == "passed" and t.message:
                 output = f"Passed. {safe_text(t.message)}"
             if t.status == "skipped":
@@ -373,6 +421,9 @@ class GradeReport:
             result["output"] += "\nFiles not graded:\n" + "\n".join(f"  {safe_line(n)}" for n in self.notes)
         if self.missing_lines():
             result["output"] += "\n" + "\n".join(self.missing_lines())
+        causes = self.causes_lines() if self.status == "graded" else []
+        if causes:
+            result["output"] += "\n\n" + "\n".join(causes)
         if self.grader_failure:  # run_autograder exits non-zero too: Gradescope shows a failure, not this 0
             result["output"] = (f"{AUTOGRADER_FAILURE}: {safe_text(self.error)}\n{NOT_THE_STUDENTS}")
         elif self.status == "empty":
@@ -383,6 +434,22 @@ class GradeReport:
         if printed and not self.grader_failure:  # indented, as in the text report: no line of it is the grader's
             result["output"] += f"\n\n{PRINTED_TITLE}:\n    " + safe_text(printed, "    ")
         return result
+
+    def causes_lines(self):
+        """What to fix, cause by cause, for a format that shows each check's message with the check (Gradescope):
+        each cause that names a likely bug or fails several checks, first, then the checks it fails, each with
+        what it cost; [] when there is none. Each check's own message then starts with the same cause
+        (`fix_first`)."""
+        cost = {id(t): mx for t, (_, mx) in zip(self.tests, self.figures().checks)}
+        headed = [e for e in entries(self.to_fix(), self.tests) if e.headed]
+        if not headed:
+            return []
+        lines = ["What to fix (1 cause; under it, the checks it fails):" if len(headed) == 1 else
+                 f"What to fix ({len(headed)} causes; under each, the checks it fails):"]
+        for e in headed:
+            lines += [f"  {safe_line(line)}" for line in e.heading]
+            lines += [f"      {t.module}: {safe_line(t.name)}  (-{fmt(cost[id(t)])})" for t in e.tests]
+        return lines
 
     def summary_line(self):
         """The total in one line, as every format states it, with the points not graded here and how they
@@ -427,7 +494,7 @@ class GradeReport:
         cost = {id(t): mx for t, (_, mx) in zip(self.tests, fig.checks)}
         if self.status != "empty":  # nothing to grade: the reason above says it, not every check again
             lines += _listing("Failed checks", self.to_fix(), self.tests, lambda t: cost[id(t)])
-        lines += _listing("Passed, with a note", self.noted(), self.tests)
+        lines += _listing("Passed, with a note", self.noted(), self.tests, verb="concerns")
         skipped = self.skipped()
         if skipped:
             pts = sum(t.points for t in skipped)
