@@ -14,6 +14,11 @@ a wrong result, the function or class checked. Masks are drawn as
 ✓ (may attend) and · (blocked). These are the public checks only: the
 course's hidden graders check much more (random inputs, dtypes, devices,
 speed), so passing here is a good start, not a grade.
+
+It reads the .py files. A part whose .py file is still the template (or is
+not there) while its notebook in the folder holds other code is worked in
+the notebook: its checks are not run here, and the self-check says to run
+that notebook's check cells, which run the same checks.
 """
 import inspect
 import math
@@ -104,6 +109,20 @@ def raises_value_error(call, what, why):
     raise Failed(f"{what} should raise ValueError: {why}")
 
 
+def hinted(call, hint, subject=None, about=""):
+    """`call()`, the student's code; when it raises (an error whose message holds `about`: the evidence that the
+    hint is its cause), that error with the notebook's hint for this check, which would otherwise never print
+    (the error's traceback is kept: the line of their code that raised is named)."""
+    try:
+        return call()
+    except NotImplementedError:
+        raise
+    except Exception as exc:  # whatever the student's code raises: the check's hint goes with it
+        if about not in str(exc):
+            raise
+        raise Failed(f"{type(exc).__name__}: {exc}", hint, subject).with_traceback(exc.__traceback__) from None
+
+
 SEED_004 = [[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],
             [0.22, 0.58, 0.33], [0.77, 0.25, 0.10], [0.05, 0.80, 0.55]]
 # A (4, 4) mask, True = may attend (01_attention.ipynb's): the same for every batch and head.
@@ -154,16 +173,18 @@ def _():
             "keys where the mask is False must get exactly zero weight; the mask (" + MASK_LEGEND + ") beside "
             "your weights for batch 0, head 0 (✓ not 0, · exactly 0):\n"
             + _side_by_side("mask", _drawn(mask), "your weights", _drawn(weights[0, 0] != 0)),
-            "True means 'may attend': check the polarity; and fill the blocked scores with -inf (or -1e9), not "
-            "with 0: a score of 0 still gets a weight, e^0 = 1")
+            "True means 'may attend': check the polarity; and fill the blocked scores with -inf (or "
+            "torch.finfo(scores.dtype).min), not with 0: a score of 0 still gets a weight, e^0 = 1")
     near(weights.sum(-1), [[[1.0] * 4] * 3] * 2, "the sums of the rows of the masked weights",
          "masked rows must still sum to 1", tol=1e-5)
     near(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask).tolist(),
          "output with the mask, against F.scaled_dot_product_attention",
          "with a mask, the output differs from F.scaled_dot_product_attention", tol=1e-5)
-    _, weights = scaled_dot_product_attention(q, k, v, mask=torch.tensor([True, True, True, False]))
+    key_hint = "a key mask of shape (S,) should broadcast over all queries"
+    _, weights = hinted(lambda: scaled_dot_product_attention(q, k, v, mask=torch.tensor([True, True, True, False])),
+                        key_hint)
     holds((weights[..., 3] == 0).all(), "a key mask of shape (S,) = (✓ ✓ ✓ ·) should give key 3 zero weight "
-          "for every query", "a key mask of shape (S,) should broadcast over all queries")
+          "for every query", key_hint)
 
 
 @check("attention", "the dropout module acts on the weights; float64 stays float64, inputs untouched, output on "
@@ -178,9 +199,10 @@ def _():
 
     q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 7)  # L = 3, S = 5, d_k = 4, d_v = 7
     out, weights = scaled_dot_product_attention(q, k, v)
-    out_h, weights_h = scaled_dot_product_attention(q, k, v, dropout=Halve())
-    near(weights_h, (weights / 2).tolist(), "the weights with a dropout module that halves them",
-         "the dropout module should be applied to the weights after the softmax", tol=1e-6)
+    dropout_hint = "the dropout module should be applied to the weights after the softmax: dropout(weights)"
+    out_h, weights_h = hinted(lambda: scaled_dot_product_attention(q, k, v, dropout=Halve()), dropout_hint)
+    near(weights_h, (weights / 2).tolist(), "the weights with a dropout module that halves them", dropout_hint,
+         tol=1e-6)
     near(out_h, (weights_h @ v).tolist(), "the output with that dropout module",
          "the weights after dropout are the ones that multiply value", tol=1e-6)
     q64, k64, v64 = q.double(), k.double(), v.double()
@@ -190,7 +212,9 @@ def _():
           f"float64 inputs should give float64 outputs, got {out64.dtype} and {weights64.dtype}")
     holds(all(torch.equal(t, c) for t, c in zip((q64, k64, v64), saved)), "the inputs were modified in place",
           "compute new tensors (out-of-place operations)")
-    out_meta, _ = scaled_dot_product_attention(q.to("meta"), k.to("meta"), v.to("meta"))
+    out_meta, _ = hinted(lambda: scaled_dot_product_attention(q.to("meta"), k.to("meta"), v.to("meta")),
+                         "on meta inputs: the output should live on the inputs' device; create no tensor on a "
+                         "fixed device", about="device")
     holds(out_meta.device.type == "meta", f"the output should live on the inputs' device (meta), got {out_meta.device}",
           "create no tensor on a fixed device")
 
@@ -286,8 +310,9 @@ def _():
                   f"{name} should be nn.Linear(3, 2, bias=False)")
         near(out[:, 0], head.Wv(batch[:, 0]).tolist(), "the output at token 0",
              "the first token may only attend to itself, so its output should be its own value vector", tol=1e-6)
-        near(head(batch[:, :4]), out[:, :4].tolist(), "the output for the first 4 tokens alone",
-             "a shorter input (T = 4 < context_length = 6) should work too: slice the mask to (T, T)", tol=1e-6)
+        short_hint = "a shorter input (T = 4 < context_length = 6) should work too: slice the mask to (T, T)"
+        near(hinted(lambda: head(batch[:, :4]), short_hint), out[:, :4].tolist(),
+             "the output for the first 4 tokens alone", short_hint, tol=1e-6)
     holds(CausalAttention(3, 2, 6, qkv_bias=True).Wq.bias is not None, "qkv_bias=True should give Wq, Wk, Wv a bias")
 
 
@@ -351,11 +376,13 @@ def _():
                   "position i may only attend to positions j <= i (the mask: True = may attend)", name)
     raises_value_error(lambda: MultiHeadAttention(3, 10, 6, 0.0, 3), "MultiHeadAttention(3, 10, 6, 0.0, 3)",
                        "3 heads do not divide d_out = 10")
+    meta_hint = "is the mask a buffer? nothing may be created on a fixed device"
     for name, module in modules.items():
         module.to("meta")
-        out = module(torch.randn(2, 5, 3, device="meta"))
+        out = hinted(lambda: module(torch.randn(2, 5, 3, device="meta")), f"{name} after .to('meta'): {meta_hint}",
+                     name, about="device")
         holds(out.device.type == "meta", f"{name} should run on the meta device after .to('meta'), its output "
-              f"is on {out.device}", "is the mask a buffer? nothing may be created on a fixed device", name)
+              f"is on {out.device}", meta_hint, name)
 
 
 @check("positional", "sinusoidal_encoding(4, 8): position 0 = (0, 1, 0, 1, ...), PE[1, :2] = (sin 1, cos 1); "
@@ -388,8 +415,9 @@ def _():
     holds(len(list(layer.parameters())) == 0, "PositionalEncoding has trainable parameters",
           "the table is fixed: it should not be a trainable parameter")
     x = torch.randn(2, 7, 16)
-    near(layer(x), (x + sinusoidal_encoding(7, 16)).tolist(), "forward(x) for x (2, 7, 16)",
-         "forward(x) should be x + pe[:T]", tol=1e-6)
+    near(hinted(lambda: layer(x), "forward(x) should be x + pe[:T], the table's first T = 7 rows"),
+         (x + sinusoidal_encoding(7, 16)).tolist(), "forward(x) for x (2, 7, 16)", "forward(x) should be x + pe[:T]",
+         tol=1e-6)
     dropped = PositionalEncoding(16, max_len=50, dropout=1.0).train()(x)
     holds(torch.equal(dropped, torch.zeros_like(x)), "PositionalEncoding(16, max_len=50, dropout=1.0) in training "
           "mode should zero everything", "apply dropout after the addition")
@@ -457,6 +485,52 @@ def _reason(exc, hint=True):
     return lines + ([f"hint: {exc.hint}"] if hint and getattr(exc, "hint", None) else [])
 
 
+_TEMPLATE_LINE = "# Student template generated"  # the first comment of a .py stub, which its notebook cell lacks
+
+
+def _notebook(folder, module):
+    """The notebook of `module` in `folder` (01_attention.ipynb, or a name that ends with it as uploads are
+    named: bea_01_attention.ipynb, 01_attention (1).ipynb), or None."""
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".ipynb") and module in n)
+    except OSError:
+        return None
+    return names[0] if names else None
+
+
+def _code_cells(path):
+    """The sources of a notebook's code cells ([] when it cannot be read)."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            cells = json.load(fh).get("cells", [])
+        return ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                for c in cells if c.get("cell_type") == "code"]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return []
+
+
+def _worked_in_notebook(folder, module, errors):
+    """The notebook that holds the work of `module`, where its .py file holds none; else None. The .py file
+    holds none when it is not there, or when every check of it stopped at its own `raise NotImplementedError()`
+    (`errors`: what each of the module's checks raised, None for a pass) while the notebook's code differs from
+    it: the template's notebook cell is its .py stub to the letter, less the stub's first comment line."""
+    notebook = _notebook(folder, module)
+    path = os.path.join(folder, f"{module}.py")
+    if notebook is None or not errors or any(e is None for e in errors):
+        return None
+    if not os.path.exists(path):
+        return notebook if all(isinstance(e, ImportError) for e in errors) else None
+    own = [f for e in errors for f in traceback.extract_tb(e.__traceback__)[-1:]]
+    if not all(isinstance(e, NotImplementedError) for e in errors) or \
+            any(os.path.abspath(f.filename) != os.path.abspath(path) for f in own):
+        return None
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        stub = "".join(line for line in fh.readlines() if not line.startswith(_TEMPLATE_LINE))
+    return None if stub in _code_cells(os.path.join(folder, notebook)) else notebook
+
+
 def main(argv):
     folder = os.path.abspath(argv[1]) if len(argv) > 1 else os.getcwd()
     sys.path.insert(0, folder)
@@ -467,11 +541,25 @@ def main(argv):
         return 2
     failed = set()  # the modules with a failed check
     count = 0
-    for module, title, subject, fn in CHECKS:
-        try:
-            fn()
-            print(f"  ok    {module:<10} {title}")
-        except Exception as exc:  # a self-check reports every failure and goes on
+    in_notebooks = {}  # module -> the notebook that holds its work, its checks not run here
+    for module in dict.fromkeys(m for m, _, _, _ in CHECKS):
+        results = []
+        for _, title, subject, fn in (c for c in CHECKS if c[0] == module):
+            try:
+                fn()
+                results.append((title, subject, None))
+            except Exception as exc:  # a self-check reports every failure and goes on
+                results.append((title, subject, exc))
+        notebook = _worked_in_notebook(folder, module, [exc for _, _, exc in results])
+        if notebook:
+            in_notebooks[module] = notebook
+            print(f"  --    {module:<10} not checked here: {module}.py holds no work and {notebook} does; run that "
+                  "notebook's check cells")
+            continue
+        for title, subject, exc in results:
+            if exc is None:
+                print(f"  ok    {module:<10} {title}")
+                continue
             count += 1
             where = _where(exc, folder, module, subject)
             inherited = _uses_failed(module, failed - {module})  # then the hint on the module's own code can wait
@@ -481,8 +569,19 @@ def main(argv):
                              "fix that first)")
             failed.add(module)
             print(f"  FAIL  {module:<10} {title}" + "".join(f"\n        {line}" for line in lines))
-    print(f"\n{len(CHECKS) - count} of {len(CHECKS)} public checks passed."
-          + ("" if count else " The hidden graders check much more: random inputs, masking, dtypes, devices, speed."))
+    ran = sum(1 for m, _, _, _ in CHECKS if m not in in_notebooks)
+    run_them = ("run each from the top (Kernel > Restart Kernel and Run All Cells): a check cell that passes "
+                "prints a line starting with OK:")
+    if not ran:
+        print(f"\nYour work is in the notebooks ({', '.join(in_notebooks.values())}), and this self-check reads the "
+              f".py files, which hold none. The notebooks' check cells run these same checks: {run_them}.")
+    else:
+        print(f"\n{ran - count} of {ran} public checks passed."
+              + ("" if count else " The hidden graders check much more: random inputs, masking, dtypes, devices, "
+                 "speed."))
+        if in_notebooks:
+            print(f"Not run here: the {len(CHECKS) - ran} checks of {', '.join(in_notebooks)}, whose work is in "
+                  f"{', '.join(in_notebooks.values())}. Their check cells run them: {run_them}.")
     if POINTS:
         print("Hidden graders: " + ", ".join(f"{m} {p:g}" for m, p in POINTS.items())
               + f" points, {sum(POINTS.values()):g} in all.")

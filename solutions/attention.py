@@ -26,7 +26,9 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None):
             Called per head of multi-head attention, d_k = d_v = head_dim.
         mask: optional bool tensor broadcastable to (..., L, S).
             True means "may attend"; positions where it is False get zero
-            weight (fill their scores with -inf, or -1e9, before the softmax).
+            weight (fill their scores with float("-inf") before the softmax,
+            or torch.finfo(scores.dtype).min; not -1e9, which float16 cannot
+            hold: masked_fill raises).
             This is the polarity of torch.nn.functional.scaled_dot_product_attention;
             the tutorials' `mask == 0` marks the blocked positions, the same thing.
         dropout: optional nn.Module applied to the weights after the softmax

@@ -174,6 +174,26 @@ def test_an_error_names_a_mistake_only_when_that_mistake_raises_exactly_that_err
     assert list(diagnose.attention_errors(q, k, v, mask).values()) == [diagnose.UNSQUEEZED_MASK]
 
 
+
+def test_a_fill_of_minus_1e9_is_named_by_the_error_it_raises_in_float16_only():
+    """Issue 48: `masked_fill(mask == 0, -1e9)` (the seed's) raises in float16, whose numbers stop at 65504; that
+    exact error names the fill and its fix. In float32 and bfloat16 the fill raises nothing: nothing is named."""
+    q, k, v = randn(2, 3, 4), randn(2, 5, 4, seed=1), randn(2, 5, 6, seed=2)
+    mask = random_mask(2, 3, 5)
+    errors = diagnose.attention_errors(*(t.half() for t in (q, k, v)), mask)
+    error = next(e for e, n in errors.items() if n == diagnose.HALF_FILL)
+    try:
+        (q.half() @ k.half().transpose(-2, -1)).masked_fill(mask == 0, -1e9)  # the student's spelling of it
+    except RuntimeError as exc:
+        assert f"RuntimeError: {exc}" == error
+    else:
+        raise AssertionError("a fill of -1e9 raised nothing in float16")
+    assert "float('-inf')" in diagnose.HALF_FILL and "torch.finfo(scores.dtype).min" in diagnose.HALF_FILL
+    for dtype in (torch.float32, torch.bfloat16):
+        named = diagnose.attention_errors(*(t.to(dtype) for t in (q, k, v)), mask).values()
+        assert diagnose.HALF_FILL not in named, dtype
+
+
 TABLE_FAULTS = ["positional-sin-cos-concatenated", "positional-sin-cos-swapped", "positional-exponent-i",
                 "positional-float64-table"]
 

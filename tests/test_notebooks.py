@@ -631,3 +631,100 @@ def test_a_single_filled_notebook_names_the_missing_notebooks_once_in_a_short_re
         assert messages == {NOT_HANDED_IN}, f"expected the checks of {module} to say {NOT_HANDED_IN!r}, got {messages}"
     assert "is missing" not in text and "got not handed in" not in text, text
     assert len(text.splitlines()) < 60, f"expected a report under 60 lines, got {len(text.splitlines())}:\n{text}"
+
+
+def _mha_namespace(**classes):
+    """The names 04_mha.ipynb's check cells use: the reference classes, `classes` in their place, the batch."""
+    import torch
+
+    from solutions import mha
+
+    batch = torch.tensor([[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64], [0.22, 0.58, 0.33],
+                          [0.77, 0.25, 0.10], [0.05, 0.80, 0.55]]).expand(2, 6, 3)
+    names = {name: getattr(mha, name) for name in ("CausalAttention", "StackedMultiHeadAttention",
+                                                   "MultiHeadAttention")}
+    return {**names, **classes, "batch": batch}
+
+
+def test_a_check_cells_hint_prints_when_the_students_forward_raises_first():
+    """Issue 48: a hint inside an `assert` never printed when the student's code raised before the assert was
+    reached (a mask not sliced to T, a mask kept as a plain attribute, a table added whole, a tensor made on the
+    CPU): the check cell catches the error and raises its hint, the error chained to it (its traceback stays)."""
+    import math
+
+    import torch
+
+    from solutions.attention import scaled_dot_product_attention
+    from solutions.mha import CausalAttention
+    from solutions.positional import PositionalEncoding, sinusoidal_encoding
+
+    class Unsliced(CausalAttention):  # self.mask used whole: the (6, 6) mask does not fit (B, 4, 4) scores
+        def forward(self, x):
+            q, k, v = self.Wq(x), self.Wk(x), self.Wv(x)
+            scores = (q @ k.transpose(1, 2) / math.sqrt(k.size(-1))).masked_fill(~self.mask, float("-inf"))
+            return torch.softmax(scores, dim=-1) @ v
+
+    class PlainMask(CausalAttention):  # the mask a plain attribute: it stays on the CPU under .to("meta")
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            mask = self.mask
+            del self.mask
+            self.mask = mask
+
+    class WholeTable(PositionalEncoding):  # x + pe: the (50, 16) table does not add to (2, 7, 16)
+        def forward(self, x):
+            return self.dropout(x + self.pe)
+
+    def cpu_scale(q, k, v, mask=None, dropout=None):  # a float32 CPU tensor mixed with the inputs
+        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout)
+        return out / torch.sqrt(torch.FloatTensor([1.0])), weights
+
+    for cell, namespace, hint in [
+        (_cell_code("mha", "check-causal-attention"), _mha_namespace(CausalAttention=Unsliced),
+         "a shorter input (T=4 < context_length=6) should work too: slice the mask to the input's length"),
+        (_cell_code("mha", "check-causality"), _mha_namespace(CausalAttention=PlainMask),
+         "CausalAttention should run on the meta device after .to('meta') (is the mask a buffer?): it raised "),
+        (_cell_code("positional", "check-module"),
+         {"PositionalEncoding": WholeTable, "sinusoidal_encoding": sinusoidal_encoding},
+         "forward(x) should be x + pe[:T], the table's first T = 7 rows; it raised "),
+        (_cell_code("attention", "check-shapes"), {"scaled_dot_product_attention": cpu_scale},
+         "the output should live on the inputs' device: create no tensor on a fixed device; on meta inputs it "
+         "raised "),
+    ]:
+        with pytest.raises(AssertionError) as info:
+            exec(cell, namespace)
+        assert hint in str(info.value), info.value
+        assert isinstance(info.value.__cause__, Exception), "the student's own error is chained to the hint"
+    with pytest.raises(RuntimeError) as info:  # a fault that is not of the device: no word of the buffer
+        exec(_cell_code("mha", "check-causality"), _mha_namespace(CausalAttention=Unsliced))
+    assert "buffer" not in str(info.value), info.value
+    for grade_id in ("check-causal-attention", "check-causality"):
+        exec(_cell_code("mha", grade_id), _mha_namespace())  # the reference passes
+    exec(_cell_code("attention", "check-shapes"), {"scaled_dot_product_attention": scaled_dot_product_attention})
+
+
+def test_the_check_cells_write_numbers_to_4_decimals_as_the_reports_do():
+    """Issue 48: `expected.tolist()` of a float32 tensor printed 0.11840000003576279; the cells write rows of
+    numbers to 4 decimals, as the graders' reports do."""
+    import math
+    import re
+
+    from solutions.mha import MultiHeadAttention, StackedMultiHeadAttention
+
+    class Off(MultiHeadAttention):  # any change of the numbers
+        def forward(self, x):
+            return super().forward(x * math.sqrt(2))
+
+    class OffStacked(StackedMultiHeadAttention):
+        def forward(self, x):
+            return super().forward(x * math.sqrt(2))
+
+    for grade_id, namespace, first in [
+            ("check-seed-004-fused", _mha_namespace(MultiHeadAttention=Off), "(0.1184, 0.3120, -0.0847, -0.5774)"),
+            ("check-seed-004-stacked", _mha_namespace(StackedMultiHeadAttention=OffStacked),
+             "(0.1855, 0.8812, 1.3211, 0.8098)")]:
+        with pytest.raises(AssertionError) as info:
+            exec(_cell_code("mha", grade_id), namespace)
+        message = str(info.value)
+        assert f"the six rows should be {first}, " in message, message
+        assert not re.search(r"\d\.\d{5,}", message), f"float noise in {message}"

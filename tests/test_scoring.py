@@ -162,3 +162,26 @@ def test_the_documented_example_report_is_what_grading_the_buggy_student_prints(
     assert not stale, ("the documented example report is stale: grade examples/buggy-student again and paste what it "
                        "prints; lines it no longer prints:\n" + "\n".join(stale))
 
+
+
+def test_a_single_part_handed_in_says_its_own_figure_before_the_total():
+    """Issue 48: 03_masks.ipynb graded alone said "Total: 8/100" only; the total line says first what the part
+    handed in earned of its own maximum ("8/8 for the part handed in (masks), 8/100"), in every format (they all
+    print summary_line). With every module handed in, the line is as before."""
+    from autograder.report.model import GradeReport
+    from tests.test_ci_formats import result
+
+    points = {"attention": 23, "heads": 15, "masks": 8, "mha": 40, "positional": 14}
+    tests = [result(f"test_{m}", module=m, points=p, status="passed" if m in ("masks", "heads") else "failed",
+                    message="" if m in ("masks", "heads") else NOT_HANDED_IN) for m, p in points.items()]
+    tests[1].status, tests[1].message = "failed", "wrong"  # heads handed in, its check failed
+    missing = {m: f"{m}.py" for m in ("attention", "mha", "positional")}
+    report = GradeReport(submission="s", tests=tests, missing=missing)
+    assert report.summary_line() == "Total: 8/23 for the parts handed in (heads, masks), 8/100"
+    for fmt_name in ("text", "markdown", "html"):
+        assert "8/23 for the parts handed in (heads, masks), 8/100" in render(report, fmt_name), fmt_name
+    report.missing = {m: f"{m}.py" for m in ("attention", "heads", "mha", "positional")}
+    tests[1].message = NOT_HANDED_IN
+    assert report.summary_line() == "Total: 8/8 for the part handed in (masks), 8/100"
+    report.missing = {}
+    assert report.summary_line() == "Total: 8/100"

@@ -163,3 +163,44 @@ def test_worked_example_rows_say_which_rows(tmp_path):
                                                 "self.head_dim = d_out // num_heads\n        nn.Linear(1, 1)\n")})
     mha = "\n".join(_failures(_selfcheck(folder).stdout)["mha"])
     assert "the first and last rows of the output (tokens 'Your' and 'step'): expected [(0.1184, 0.3120" in mha, mha
+
+
+def test_a_notebook_students_folder_is_told_to_run_the_notebooks_check_cells(tmp_path):
+    """Issue 48: in the template folder of a student who works in the notebooks, the .py files are still the
+    template and the self-check said "0 of 15 public checks passed". It says to run the notebooks' check cells,
+    and fails nothing; a part worked in its .py file beside them is checked as before. The untouched template,
+    whose notebooks are the template too, still fails every check (test_template_selfcheck_...)."""
+    import shutil
+
+    from autograder.release import ASSIGNMENT_DIR, NOTEBOOKS
+
+    folder = tmp_path / "student"
+    shutil.copytree(TEMPLATE, folder)
+    for name in NOTEBOOKS.values():  # the source notebooks: the solutions in their code cells
+        shutil.copyfile(ASSIGNMENT_DIR / name, folder / name)
+    proc = _selfcheck(folder)
+    assert proc.returncode == 0, proc.stdout
+    assert "public checks passed" not in proc.stdout and "FAIL" not in proc.stdout, proc.stdout
+    assert ("Your work is in the notebooks (01_attention.ipynb, 02_heads.ipynb, 03_masks.ipynb, 04_mha.ipynb, "
+            "05_positional.ipynb), and this self-check reads the .py files, which hold none. The notebooks' check "
+            "cells run these same checks: run each from the top (Kernel > Restart Kernel and Run All Cells)") \
+        in proc.stdout, proc.stdout
+    shutil.copyfile(SOLUTIONS / "masks.py", folder / "masks.py")  # one part worked in its .py file
+    (folder / "heads.py").unlink()  # and one handed in as its notebook alone
+    proc = _selfcheck(folder)
+    assert proc.returncode == 0, proc.stdout
+    assert "2 of 2 public checks passed." in proc.stdout, proc.stdout
+    assert ("  --    heads      not checked here: heads.py holds no work and 02_heads.ipynb does; run that "
+            "notebook's check cells") in proc.stdout, proc.stdout
+    assert "Not run here: the 13 checks of attention, heads, mha, positional, whose work is in" in proc.stdout
+
+
+def test_a_hint_prints_when_the_students_code_raises_before_the_check_compares(tmp_path):
+    """Issue 48: a CausalAttention that uses its whole mask raises on a shorter input before the check compares
+    anything; the failure still prints the notebook's hint (slice the mask) and names the student's line."""
+    folder = _student_folder(tmp_path, {"mha": ('''        scores = q @ k.transpose(1, 2) / math.sqrt(k.size(-1))  # (B, T, T)
+        scores = scores.masked_fill(~self.mask[:T, :T], float("-inf"))''', '''        scores = q @ k.transpose(1, 2) / math.sqrt(k.size(-1))  # (B, T, T)
+        scores = scores.masked_fill(~self.mask, float("-inf"))''')})
+    mha = "\n".join(_failures(_selfcheck(folder).stdout)["mha"])
+    assert "hint: a shorter input (T = 4 < context_length = 6) should work too: slice the mask to (T, T)" in mha, mha
+    assert "RuntimeError: " in mha and '(at mha.py, line ' in mha and 'masked_fill(~self.mask, float("-inf"))' in mha

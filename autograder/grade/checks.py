@@ -135,19 +135,20 @@ def _fmt(x):
     return f"{x:.4f}" if isinstance(x, float) else repr(x)
 
 
-def likely_bug(got, variants, expected=None):
+def likely_bug(got, variants, expected=None, atol=1e-4):
     """A "Likely bug: ..." line when `got` equals one of the known wrong variants (autograder.grade.diagnose) that
-    differ from the `expected` value."""
+    differ from the `expected` value (equals: within `atol`, the tolerance of a check in float16, say)."""
     from autograder.grade.diagnose import match
 
-    return likely_name(match(got, variants, expected=expected) if variants else None)
+    return likely_name(match(got, variants, atol=atol, expected=expected) if variants else None)
 
 
 def close(got, expected, what, *, atol=None, rtol=None, variants=None):
     """Check shape, dtype and values of `got` against the trusted `expected`.
 
     `variants` maps the usual mistakes to what they would have produced; the
-    message names the one that `got` matches.
+    message names the one that `got` matches (within 1e-4, or within `atol`
+    where the check allows more).
     """
     got = tensor(got, what)
     if tuple(got.shape) != tuple(expected.shape):
@@ -173,7 +174,8 @@ def close(got, expected, what, *, atol=None, rtol=None, variants=None):
         e = expected.detach().cpu()[index].item()
         where = f" at index {list(index)}" if index else ""
         raise AssertionError(f"{what}: expected {_fmt(e)}{where}, got {_fmt(g)} "
-                             f"({count} of {got.numel()} entries differ)" + likely_bug(got, variants, expected))
+                             f"({count} of {got.numel()} entries differ)"
+                             + likely_bug(got, variants, expected, atol=max(atol, 1e-4)))
     return got
 
 

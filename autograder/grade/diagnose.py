@@ -31,6 +31,10 @@ UNSQUEEZED_MASK = ("the mask broadcast over the wrong dimension: mask.unsqueeze(
                    "mask between heads) inside scaled_dot_product_attention, whose mask already broadcasts to "
                    "(..., L, S)")
 DROPOUT_ON_OUTPUT = "dropout applied to the output (weights @ value) instead of to the attention weights"
+# The seed's -1e9 fill on float16 scores: masked_fill raises, as float16 holds nothing beyond 65504 in magnitude.
+HALF_FILL = ("the blocked scores filled with a number float16 cannot hold, such as -1e9 (《PyTorch快餐教程(5)》's): "
+             "float16's largest is 65504, so masked_fill raises; fill them with float('-inf'), or "
+             "torch.finfo(scores.dtype).min, which every floating dtype holds")
 
 
 def _attention(q, k, v, mask=None, *, scale=None, dim=-1, blocked_when=False, mask_after=False, mask_op=None):
@@ -112,15 +116,16 @@ def _error(mistake):
 
 def attention_errors(q, k, v, mask=None, dropout=None):
     """"Type: message" -> name, for the usual mistakes in scaled_dot_product_attention that raise on these
-    inputs (a transposed mask when L != S, dropout on the output): when the student's code raises exactly what
-    a mistake raises, that is the evidence. `dropout`: the pattern of the kit's stand-in dropout module, which
-    multiplies by it."""
+    inputs (a transposed mask when L != S, dropout on the output, a -1e9 fill in float16): when the student's
+    code raises exactly what a mistake raises, that is the evidence. `dropout`: the pattern of the kit's stand-in
+    dropout module, which multiplies by it."""
     mistakes = []
     if mask is not None:
         mistakes += [
             (TRANSPOSED_MASK, lambda: _attention(q, k, v, mask, mask_op="transposed")),
             (TRANSPOSED_MASK, lambda: torch.where(mask.transpose(-2, -1), q @ k.transpose(-2, -1), float("-inf"))),
             (UNSQUEEZED_MASK, lambda: _attention(q, k, v, mask, mask_op="unsqueezed")),
+            (HALF_FILL, lambda: (q @ k.transpose(-2, -1)).masked_fill(~mask, -1e9)),  # raises in float16 only
         ]
     if dropout is not None:
         mistakes.append((DROPOUT_ON_OUTPUT, lambda: _attention(q, k, v, mask)[0] * dropout))

@@ -96,6 +96,36 @@ def test_worked_example_seed_001(student, record_property):
                              + checks.likely_bug(got, variants, expected))
 
 
+# Half precision: float16 keeps 11 significant bits (machine epsilon 2^-10, about 0.001), bfloat16 8 (2^-7, about
+# 0.008). The student's attention runs in that dtype; the reference runs in float32 on the same (rounded) inputs and
+# is then rounded to the dtype. The correct styles (a fill of -inf or of torch.finfo(dtype).min, torch.where,
+# einsum, torch's own attention) differ from it by one unit in the last place at most (measured on CASES with their
+# mask: 0.00098 in float16, 0.0078 in bfloat16); the tolerance, atol and rtol alike, is about five units at 1.0, and
+# the usual mistakes are off by 0.6 or more on these cases.
+HALF_TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 4e-2}
+
+
+def compare_half(student, dtype):
+    """CASES with a mask in `dtype` (float16 or bfloat16), against the float32 reference rounded to `dtype`; the
+    usual mistakes too are computed in float32 and rounded, and named within the same tolerance."""
+    tol = HALF_TOLERANCE[dtype]
+    for n, (lead, L, S, d_k, d_v) in enumerate(CASES, 1):
+        q, k, v = (t.to(dtype) for t in qkv(lead, L, S, d_k, d_v))
+        mask = random_mask(*lead, L, S, seed=7)
+        out, weights = run(student, q, k, v, mask=mask)
+        ref_out, ref_weights = (t.to(dtype) for t in
+                                ref.scaled_dot_product_attention(q.float(), k.float(), v.float(), mask=mask))
+        case = (f"query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}, with a mask, "
+                f"{str(dtype).replace('torch.', '')} (case {n} of {len(CASES)}, smallest first: "
+                f"{what_case(lead, L, S, d_k, d_v)})")
+        variants = {name: (o.to(dtype), w.to(dtype))
+                    for name, (o, w) in diagnose.attention_variants(q.float(), k.float(), v.float(), mask).items()}
+        checks.close(weights, ref_weights, f"weights for {case}", atol=tol, rtol=tol,
+                     variants={name: w for name, (_, w) in variants.items()})
+        checks.close(out, ref_out, f"output for {case}", atol=tol, rtol=tol,
+                     variants=outputs_given(variants, ref_weights))
+
+
 @points(3, "values")
 def test_matches_reference_float32(student):
     """matches softmax(Q K^T / sqrt(d_k)) V on random float32 inputs, from (2, 2) matrices to batch and head dims with L != S and d_v != d_k"""
@@ -116,10 +146,22 @@ def test_weights_rows_sum_to_one(student):
                              + checks.likely_bug(weights, variants, ref.scaled_dot_product_attention(q, k, v)[1]))
 
 
-@points(2, "dtype")
+@points(1, "dtype")
 def test_float64_keeps_dtype_and_values(student):
     """float64 inputs give float64 outputs that match the reference"""
     compare_cases(student, dtype=torch.float64)
+
+
+@points(1, "dtype")
+def test_masked_float16_keeps_dtype_and_values(student):
+    """with a mask, float16 inputs give float16 outputs that match the reference"""
+    compare_half(student, torch.float16)
+
+
+@points(1, "dtype")
+def test_masked_bfloat16_keeps_dtype_and_values(student):
+    """with a mask, bfloat16 inputs give bfloat16 outputs that match the reference"""
+    compare_half(student, torch.bfloat16)
 
 
 @points(3, "mask")
@@ -146,7 +188,7 @@ def test_masked_positions_get_zero_weight(student, record_property):
                              + checks.likely_bug(weights, variants, expected))
 
 
-@points(2, "mask")
+@points(1, "mask")
 def test_masked_values_match_reference(student):
     """with a mask, output and weights match the reference"""
     compare_cases(student, with_mask=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field, fields
+from decimal import Decimal
 
 from autograder import LEVEL_HELP, MODULES, NAMESPACES_REMEDY
 from autograder.scoring import NOT_HANDED_IN, fmt
@@ -462,7 +463,19 @@ class GradeReport:
         if self.status == "empty":
             return f"Total: {fmt(fig.total)}/100 (nothing to grade: no student work found)"
         note = fig.skipped_note()
-        return f"Total: {fmt(fig.total)}/100" + (f" ({note})" if note else "")
+        return f"Total: {self.handed_in_part(fig)}{fmt(fig.total)}/100" + (f" ({note})" if note else "")
+
+    def handed_in_part(self, fig):
+        """"8/8 for the part handed in (masks), " when some modules were not handed in (a single notebook graded
+        alone): the figure of what was handed in comes first, out of its own maximum, then the total out of 100
+        ("" when every module was handed in, or none was)."""
+        handed = [m for m, f in fig.modules.items() if m not in self.missing and f.graded]
+        if not self.missing or not handed or self.status != "graded":
+            return ""
+        earned = sum((fig.modules[m].score for m in handed), Decimal(0))
+        top = sum((fig.modules[m].max_score for m in handed), Decimal(0))
+        part = "the part" if len(handed) == 1 else "the parts"
+        return f"{fmt(earned)}/{fmt(top)} for {part} handed in ({', '.join(handed)}), "
 
     def to_text(self, color=False):
         """The readable report, for a terminal. Every student-derived string goes through safe_text or

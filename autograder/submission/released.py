@@ -13,7 +13,7 @@ NAMES: what each module defines, in the order of the contract.
 TEMPLATE_DIGESTS = {
     'attention': {
         'py': 'c94e15c16776b5bdf3dcadd188f796cca73d210e9ac311d2ba702c0ca6692824',
-        'ipynb': '99c367972c47c3b83d808b66830dff904a559f92777f1be8fa347b9d7d7bb2c2',
+        'ipynb': '0931c8686b6c02270964afe9a55446663f675932a0d557af0595bca5c584ec1c',
     },
     'heads': {
         'py': '21a2fa09f3f609c30d3aa606db22034099e1452b894037e30687d4324515176a',
@@ -25,7 +25,7 @@ TEMPLATE_DIGESTS = {
     },
     'mha': {
         'py': '94de43e106876b40b6cdf316234860bd4ce22abad581a9ec72848a2ca6121953',
-        'ipynb': '4ecf06cc16574e2d748461c6b5a71dce0c62d29922386de95e89bfa34fc71553',
+        'ipynb': 'be1d37c3e5c87f160ac6be6db8d5e38a43e96e61bc3d7a08c762f93fad464b5f',
     },
     'positional': {
         'py': 'f9b3c47f65999533d31c9da179e57f0dc8d91f4dea7e333aa75c6e1b6e4cfd07',

@@ -14,8 +14,9 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None):
     # (..., L, d) x (..., S, d) -> (..., L, S)
     scores = torch.einsum("...ld,...sd->...ls", query, key) / math.sqrt(d_k)
     if mask is not None:
-        # mask: True = may attend; the tutorial's convention is mask == 0 -> blocked
-        scores = scores.masked_fill(mask == 0, -1e9)
+        # mask: True = may attend; the tutorial's convention is mask == 0 -> blocked. The tutorial fills with
+        # -1e9, which float16 cannot hold (masked_fill raises): the dtype's most negative number fits every dtype
+        scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)
     weights = F.softmax(scores, dim=-1)
     if dropout is not None:
         weights = dropout(weights)
