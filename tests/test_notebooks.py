@@ -574,6 +574,26 @@ def test_a_traceback_of_a_notebook_names_the_cell_and_the_cells_own_line(tmp_pat
         assert f"(02_heads.ipynb, cell {number}, line {line})" in note and "heads.py" not in note, note
 
 
+def test_a_cause_named_from_a_crash_names_the_notebooks_cell_and_line(tmp_path, warm_servers):
+    """Issue 48: the cause named from the error of a module (a causal mask used whole, not cut to T) says where it
+    raised in the notebook's terms, notebook, cell and line, never the line of the module the grader made of it."""
+    for name in NOTEBOOKS.values():
+        shutil.copy(ASSIGNMENT_DIR / name, tmp_path / name)
+    path = tmp_path / NOTEBOOKS["mha"]
+    nb = nbformat.read(path, as_version=4)
+    number, cell = next((i, c) for i, c in enumerate(nb.cells, 1) if "class CausalAttention" in c.source)
+    planted = "masked_fill(~self.mask[:T, :T], "
+    first = cell.source.index(planted)  # CausalAttention's, the first of the cell
+    cell.source = cell.source[:first] + "masked_fill(~self.mask, " + cell.source[first + len(planted):]
+    line = cell.source[:first].count("\n") + 1
+    nbformat.write(nb, path)
+    report = grade(tmp_path, servers=warm_servers, select="causal_attention_shape")
+    (check,) = report.failed()
+    hint = next(ln for ln in check.message.splitlines() if ln.startswith("Likely bug: "))
+    assert "your causal mask is not cut to the sequence length T" in hint, hint
+    assert f"it raised at {NOTEBOOKS['mha']}, cell {number}, line {line} (" in hint and "mha.py" not in hint, hint
+
+
 def test_the_grader_and_the_self_check_name_every_line_of_a_notebook_the_same_way(tmp_path):
     """The self-check runs alone on a student's machine and imports nothing of the kit, so it keeps its own
     reading of the `# --- cell N` markers (selfcheck._place): both readings agree on every line of a module that

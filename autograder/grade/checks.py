@@ -125,10 +125,16 @@ def with_hint(call, hint):
     try:
         return call()
     except StudentError as exc:
-        name = _ask(lambda: hint(exc)) if exc.kind == "raised" else None
-        if not name:
-            raise
-        raise AssertionError(str(exc) + likely_name(name) + (f"\n{exc.traceback}" if exc.traceback else "")) from None
+        raise_with_hint(exc, hint)
+
+
+def raise_with_hint(exc, hint):
+    """Raise `exc`, the StudentError of a request whose student code raised, as with_hint does: as an
+    AssertionError with the "Likely bug" line of `hint(exc)`, or as it is when that names nothing."""
+    name = _ask(lambda: hint(exc)) if exc.kind == "raised" else None
+    if not name:
+        raise exc
+    raise AssertionError(str(exc) + likely_name(name) + (f"\n{exc.traceback}" if exc.traceback else "")) from None
 
 
 def _fmt(x):

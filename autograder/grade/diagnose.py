@@ -35,29 +35,51 @@ DROPOUT_ON_OUTPUT = "dropout applied to the output (weights @ value) instead of 
 HALF_FILL = ("the blocked scores filled with a number float16 cannot hold, such as -1e9 (《PyTorch快餐教程(5)》's): "
              "float16's largest is 65504, so masked_fill raises; fill them with float('-inf'), or "
              "torch.finfo(scores.dtype).min, which every floating dtype holds")
+# The mistakes of the mask's fill and of the softmax's place, named alike in scaled_dot_product_attention and in the
+# attention modules ("{w}": the key size's name there).
+FILL_FIX = "fill with float('-inf') or a large negative number such as torch.finfo(scores.dtype).min"
+FILL_NEAR_ZERO = ("your mask fills the blocked scores with a number close to 0 (such as -1e-9, -1e-12 or 1e-9) "
+                  "instead of a large negative one, so the blocked keys keep their weight: " + FILL_FIX)
+FILL_POS_INF = ("your mask fills the blocked scores with +inf (float('inf')) instead of -inf, so every row with a "
+                "blocked key is NaN after the softmax (inf - inf): " + FILL_FIX)
+AFTER_SOFTMAX_NEG_INF = ("the mask applied to the weights after the softmax, with -inf: the blocked weights are -inf "
+                         "(and the outputs -inf or NaN), and the others are not renormalised; mask the scores before "
+                         "the softmax (" + FILL_FIX + ")")
+SCALED_AFTER_SOFTMAX = ("the scores scaled after the softmax: you divide the weights by sqrt({w}), so each row sums to "
+                        "1/sqrt({w}) instead of 1; divide the scores q @ k^T by sqrt({w}) before the softmax")
+WEIGHTS_TIMES_KEY = ("the keys and values swapped: your output is weights @ key; the output is the weighted sum of "
+                     "the values, weights @ value")
 
 
-def _attention(q, k, v, mask=None, *, scale=None, dim=-1, blocked_when=False, mask_after=False, mask_op=None):
+def _attention(q, k, v, mask=None, *, scale=None, dim=-1, blocked_when=False, mask_after=False, mask_op=None,
+               fill=float("-inf"), scale_after=False, values="value"):
     """The reference attention with one step parameterised.
 
     mask_op: how the mask reaches the scores, for the mistakes that build it wrongly:
     "transposed" (mask.transpose(-2, -1)), "unsqueezed" (mask.unsqueeze(1), 《PyTorch快餐教程(5)》's step for heads,
     done once too often), "times-inf" (scores + (~mask) * -inf: 0 * -inf is NaN where the mask allows).
+    fill: what the blocked scores are filled with (-inf; the mistakes: a number close to 0, +inf).
+    mask_after: the mask applied to the weights after the softmax instead, filling them with this value (0.0, -inf).
+    scale_after: the weights of the unscaled scores divided by sqrt(d_k) after the softmax (rows sum to 1/sqrt(d_k)).
+    values: what the weights multiply, "value" or "key" (the keys and values swapped: weights @ key).
     """
-    scale = 1 / math.sqrt(q.size(-1)) if scale is None else scale
-    scores = q @ k.transpose(-2, -1) * scale  # (..., L, S)
+    d_k = q.size(-1)
+    scale = 1 / math.sqrt(d_k) if scale is None else scale
+    scores = q @ k.transpose(-2, -1) * (1.0 if scale_after else scale)  # (..., L, S)
     if mask is not None and mask_op == "transposed":
         mask = mask.transpose(-2, -1)
     elif mask is not None and mask_op == "unsqueezed":
         mask = mask.unsqueeze(1)
     if mask is not None and mask_op == "times-inf":
         scores = scores + (~mask).to(scores.dtype) * float("-inf")
-    elif mask is not None and not mask_after:
-        scores = scores.masked_fill(mask == blocked_when, float("-inf"))
+    elif mask is not None and mask_after is False:
+        scores = scores.masked_fill(mask == blocked_when, fill)
     weights = torch.softmax(scores, dim=dim)
-    if mask is not None and mask_after:
-        weights = weights.masked_fill(~mask, 0.0)
-    return weights @ v, weights
+    if scale_after:
+        weights = weights / math.sqrt(d_k)
+    if mask is not None and mask_after is not False:
+        weights = weights.masked_fill(~mask, 0.0 if mask_after is True else mask_after)
+    return weights @ (k if values == "key" else v), weights
 
 
 def _nan_rows(weights, clean):
@@ -80,10 +102,15 @@ def attention_variants(q, k, v, mask=None):
     if d_v != d_k:
         out["scores divided by sqrt(d_v), the value size, instead of sqrt(d_k)"] = \
             _attention(q, k, v, mask, scale=1 / math.sqrt(d_v))
+    out[SCALED_AFTER_SOFTMAX.replace("{w}", "d_k")] = _attention(q, k, v, mask, scale_after=True)
     output, weights = _attention(q, k, v, mask)
     out["you return (weights, output); the contract's order is (output, weights)"] = (weights, output)
+    out[WEIGHTS_TIMES_KEY] = _attention(q, k, v, mask, values="key")
     if mask is None:
         return out
+    out[AFTER_SOFTMAX_NEG_INF] = _attention(q, k, v, mask, mask_after=float("-inf"))
+    out[FILL_NEAR_ZERO] = _attention(q, k, v, mask, fill=0.0)
+    out[FILL_POS_INF] = _attention(q, k, v, mask, fill=float("inf"))
     clean = weights
     inverted = _attention(q, k, v, mask, blocked_when=True)
     out[_with_nan("the mask's polarity inverted: you blocked the positions where the mask is True", inverted[1],
@@ -155,7 +182,7 @@ def dropout_variants(q, k, v, pattern):
     }
     for name, (o, w) in attention_variants(q, k, v).items():
         if w.shape == pattern.shape:  # the mistakes of the weights, then dropout as it should be
-            out[name] = ((w * pattern) @ v, w * pattern)
+            out[name] = ((w * pattern) @ (k if name == WEIGHTS_TIMES_KEY else v), w * pattern)
     return out
 
 
@@ -196,6 +223,39 @@ def mask_variants(seq_len):
     }
 
 
+# The frequency mistakes: name -> the angle of column c (0..d_model-1, its pair i = c // 2) at position p, float64.
+# A sine goes in the even columns and a cosine in the odd ones, as they should.
+FREQUENCY_MISTAKES = {
+    "your frequencies are taken per column, not per pair: column c turns at 1/10000^(c/d_model) (a div_term built "
+    "from torch.arange(0, d_model), or 10000 ** (i / d_model) for every column i), so each cosine's exponent, "
+    "(2i+1)/d_model, is one more than its sine's; both columns of pair i, 2i and 2i+1, use 10000^(2i/d_model): "
+    "build div_term from torch.arange(0, d_model, 2), one value per pair":
+        lambda p, c, d: p / 10000 ** (c / d),
+    "your frequencies use the column index c where the pair's 2i belongs: column c turns at 1/10000^(2c/d_model) "
+    "(10000 ** (2 * i / d_model) and, for the cosine, 10000 ** (2 * (i + 1) / d_model), with i the column of the "
+    "sine, as in a loop for i in range(0, d_model, 2)); both columns of pair i, 2i and 2i+1, use "
+    "10000^(2i/d_model): with i the sine's column, 10000 ** (i / d_model) for both":
+        lambda p, c, d: p / 10000 ** (2 * c / d),
+    "the sign of your exponent is swapped: your angles are p * 10000^(2i/d_model) (torch.exp(2i * math.log(10000.0) "
+    "/ d_model), without its minus sign) instead of p / 10000^(2i/d_model): the frequencies fall from 1 to 1/10000, "
+    "torch.exp(2i * -math.log(10000.0) / d_model)":
+        lambda p, c, d: p * 10000 ** (2 * (c // 2) / d),
+    "your exponent has no parentheses: 10000 ** two_i / d_model is 10000^(2i), then divided by d_model; write "
+    "10000 ** (two_i / d_model)":
+        lambda p, c, d: p / 10000 ** (2 * (c // 2)) / d,
+    **{f"your frequencies use the base {base} instead of 10000: PE[p, 2i] = sin(p / 10000^(2i/d_model)) (in log "
+       f"space, torch.exp(2i * -math.log(10000.0) / d_model))": (lambda p, c, d, b=base: p / b ** (2 * (c // 2) / d))
+       for base in (10, 1000, 100000, 1000000)},  # (base 100 is 10000^(i/d_model), named as such in encoding_variants)
+}
+
+
+def _from_angles(angle):
+    """The table (T, d_model) with sin(angle) in the even columns and cos(angle) in the odd ones."""
+    pe = torch.empty_like(angle)
+    pe[:, 0::2], pe[:, 1::2] = torch.sin(angle[:, 0::2]), torch.cos(angle[:, 1::2])
+    return pe
+
+
 def encoding_variants(seq_len, d_model):
     pe = ref_positional.sinusoidal_encoding(seq_len, d_model)
     sin, cos = pe[:, 0::2], pe[:, 1::2]
@@ -206,11 +266,14 @@ def encoding_variants(seq_len, d_model):
     angle = position / 10000 ** (i / d_model)
     exponent_i = torch.empty(seq_len, d_model, dtype=torch.float64)
     exponent_i[:, 0::2], exponent_i[:, 1::2] = torch.sin(angle), torch.cos(angle)
+    column = torch.arange(d_model, dtype=torch.float64)  # c
     return {
         "your sines and cosines are concatenated (all sines, then all cosines) instead of interleaved":
             torch.cat([sin, cos], dim=-1),
         "your sines and cosines are swapped: sin belongs in the even columns, cos in the odd ones": swapped,
         "your frequencies use 10000^(i/d_model) instead of 10000^(2i/d_model)": exponent_i.to(pe.dtype),
+        **{name: _from_angles(angle_of(position, column, d_model)).to(pe.dtype)
+           for name, angle_of in FREQUENCY_MISTAKES.items()},
     }
 
 
@@ -235,8 +298,13 @@ def sum_variants(x, pe):
     """name -> what the usual mistakes of PositionalEncoding.forward give for `x` (B, T, d_model) with the
     table `pe` (max_len, d_model): a wrong table added, or the right one added seq-first."""
     T = x.size(1)
-    return {SEQ_FIRST_SUM: x + pe[:x.size(0)].unsqueeze(1).to(x.dtype),
+    one_row = {ONE_ROW: x + pe[T].to(x.dtype)} if T < pe.size(0) else {}
+    return {SEQ_FIRST_SUM: x + pe[:x.size(0)].unsqueeze(1).to(x.dtype), **one_row,
             **{name: x + table[:T].to(x.dtype) for name, table in encoding_variants(T, x.size(-1)).items()}}
+
+
+ONE_ROW = ("your forward adds pe[T], the one row of position T, to every token: add pe[:T], the first T rows (one "
+           "per position)")
 
 
 # -- the attention modules (mha.py) -------------------------------------------------------------------------
@@ -266,21 +334,38 @@ def _merge(c, how):
     return c.transpose(1, 2).reshape(B, T, H * hd)  # (B, T, H*hd)
 
 
-def _causal_mask(T, how):
-    allowed = torch.ones(T, T, dtype=torch.bool).tril()  # True = may attend
+def _causal_mask(T, how, context_length=None, device=None):
+    """The causal mask for T tokens (True = may attend), or the mistake `how`; "whole", "rows", "columns": the
+    buffer (context_length, context_length) used whole, cut to T on its first axis only ([:T]), on its second only."""
+    if how in ("whole", "rows", "columns"):
+        buffer = torch.ones(context_length, context_length, dtype=torch.bool, device=device).tril()
+        return {"whole": buffer, "rows": buffer[:T], "columns": buffer[:, :T]}[how]
+    allowed = torch.ones(T, T, dtype=torch.bool, device=device).tril()  # True = may attend
     return {"none": None, "transposed": allowed.T, "no-diagonal": allowed.tril(-1)}.get(how, allowed)
 
 
-def _head(params, x, prefix="", *, mask="causal", **att):
+def _qkv(params, x, prefix, swap_kv):
     q, k, v = (_linear(params, f"{prefix}W{p}", x) for p in "qkv")  # (B, T, d_out)
-    return _attention(q, k, v, _causal_mask(x.shape[1], mask), **att)[0]  # (B, T, d_out)
+    return (q, v, k) if swap_kv else (q, k, v)  # swap_kv: the keys from Wv and the values from Wk
 
 
-def _fused(params, x, H, *, split="transpose", merge="transpose", mask="causal", **att):
-    q, k, v = (_split(_linear(params, f"W{p}", x), H, split) for p in "qkv")  # (B, H, T, hd)
-    context = _attention(q, k, v, _causal_mask(x.shape[1], mask), **att)[0]  # (B, H, T, hd)
-    merged = _merge(context, merge)  # (B, T, d_out)
-    return _linear(params, "Wo", merged) if "Wo.weight" in params else merged  # a module without Wo: no projection
+def _head(params, x, prefix="", *, mask="causal", context_length=None, swap_kv=False, **att):
+    q, k, v = _qkv(params, x, prefix, swap_kv)  # (B, T, d_out)
+    return _attention(q, k, v, _causal_mask(x.shape[1], mask, context_length, x.device), **att)[0]  # (B, T, d_out)
+
+
+def _fused(params, x, H, *, split="transpose", merge="transpose", mask="causal", context_length=None, swap_kv=False,
+           no_wo=False, **att):
+    """merge="weights": the attention weights (B, H, T, T) merged instead of the context; no_wo: the merged heads
+    returned without the output projection Wo (a module without Wo has none either)."""
+    q, k, v = (_split(t, H, split) for t in _qkv(params, x, "", swap_kv))  # (B, H, T, hd)
+    mask = _causal_mask(x.shape[1], mask, context_length, x.device)
+    context, weights = _attention(q, k, v, mask, **att)  # (B, H, T, hd)
+    if merge == "weights-view":  # the weights merged into (B, T, d_out) directly, as the context would be
+        merged = weights.transpose(1, 2).reshape(*x.shape[:2], H * q.size(-1))
+    else:
+        merged = _merge(weights, "transpose") if merge == "weights" else _merge(context, merge)  # (B, T, d_out)
+    return merged if no_wo or "Wo.weight" not in params else _linear(params, "Wo", merged)
 
 
 # The attention steps of every module: name -> knobs; "{w}" is the key size's name (head_dim, or d_out for one head)
@@ -296,6 +381,14 @@ _ATTENTION_STEPS = (
     ("softmax without the 1/sqrt({w}) scaling", {"scale": 1.0}),
     ("scores divided by {w} instead of sqrt({w})", {"scale": "w"}),
     ("softmax over the queries (dim=-2) instead of over the keys (dim=-1)", {"dim": -2}),
+    (FILL_NEAR_ZERO, {"fill": 0.0}),
+    (FILL_POS_INF, {"fill": float("inf")}),
+    (AFTER_SOFTMAX_NEG_INF.replace("the mask", "the causal mask", 1), {"mask_after": float("-inf")}),
+    (SCALED_AFTER_SOFTMAX, {"scale_after": True}),
+    ("the keys and values swapped: your output is weights @ k; multiply the weights by the values, weights @ v",
+     {"values": "key"}),
+    ("the K and V projections exchanged: your keys come from Wv and your values from Wk; k = Wk(x), v = Wv(x)",
+     {"swap_kv": True}),
 )
 
 
@@ -322,6 +415,8 @@ def _step_variants(run, width, width_name, clean, extra=()):
     return out
 
 
+MERGED_WEIGHTS = ("you merge the attention weights (B, H, T, T) instead of the context, weights @ v (B, H, T, "
+                  "head_dim): merge the heads of the attention's output")
 _FUSED_WIRING = (  # the fused module's own steps: name -> knobs
     ("you split the heads with view(B, H, T, head_dim) alone, without view(B, T, H, head_dim).transpose(1, 2), so "
      "each head's rows mix the features of different tokens (and positions see later tokens)",
@@ -337,6 +432,11 @@ _FUSED_WIRING = (  # the fused module's own steps: name -> knobs
      "(transpose(1, 2), then view(B, T, d_out))", {"merge": "interleaved"}),
     ("your merge transposes the wrong axes: transpose(2, 3) swaps the tokens and the features; swap the heads and "
      "the tokens with transpose(1, 2)", {"merge": "wrong-axes"}),
+)
+_FUSED_OUTPUT = (  # the fused module's last steps, mistakes with any number of heads
+    (MERGED_WEIGHTS, {"merge": "weights"}),
+    ("your forward returns the merged heads without the output projection: return self.Wo(context), Wo applied "
+     "to the merged heads (B, T, d_out)", {"no_wo": True}),
 )
 
 
@@ -366,7 +466,7 @@ def _wiring(name, params, x, num_heads):
                                   {"scale": 1 / math.sqrt(d_out)}))
         # with one head, the split, merge and width mistakes change nothing
         return (lambda **kn: _fused(params, x, num_heads, **kn)), d_out // num_heads, "head_dim", \
-            extra if num_heads > 1 else ()
+            (*(extra if num_heads > 1 else ()), *_FUSED_OUTPUT)
     return None
 
 
@@ -384,6 +484,39 @@ def module_variants(name, params, x, num_heads=None):
         return _step_variants(run, width, width_name, clean, extra)
     except _UNFIT:
         return {}
+
+
+UNSLICED_MASK = ("your causal mask is not cut to the sequence length T: the buffer self.mask is (context_length, "
+                 "context_length) and the scores (..., T, T), so it fits only when T = context_length; use "
+                 "self.mask[:T, :T], cut on both axes (not self.mask whole, nor self.mask[:T])")
+
+
+def module_errors(name, params, x, num_heads=None, context_length=None):
+    """"Type: message" -> name, for the usual mistakes of `name`'s wiring that raise on an input of x's shape (a
+    mask not cut to T, merged attention weights): when the student's module raises exactly what a mistake raises,
+    that is the evidence. Only the shapes of `params` and `x` matter (and x's device, where torch words its errors
+    its own way): the wiring runs on zeros of those shapes there."""
+    zeros = {k: torch.zeros(v.shape, device=x.device) for k, v in params.items()}  # on x's device: on meta, torch
+    try:  # words its errors otherwise
+        wiring = _wiring(name, zeros, torch.zeros(x.shape, device=x.device), num_heads)
+    except _UNFIT:
+        return {}
+    if wiring is None or _error(wiring[0]):
+        return {}  # the reference wiring itself does not run with these shapes: no evidence
+    mistakes = []
+    if context_length and context_length != x.shape[1]:
+        mistakes += [(UNSLICED_MASK, {"mask": how, "context_length": context_length})
+                     for how in ("whole", "rows", "columns")]
+    if name == "MultiHeadAttention":
+        mistakes += [(MERGED_WEIGHTS, {"merge": "weights"}), (MERGED_WEIGHTS, {"merge": "weights-view"})]
+    names = {}
+    for mistake, knobs in mistakes:
+        with torch.no_grad():
+            error = _error(lambda: wiring[0](**knobs))
+        if error and mistake not in names.setdefault(error, []):
+            names[error].append(mistake)
+    return {error: n[0] + (f" (or, raising the same error here: {'; or '.join(n[1:])})" if n[1:] else "")
+            for error, n in names.items()}
 
 
 def module_output(name, params, x, num_heads=None):

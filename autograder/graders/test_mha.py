@@ -80,10 +80,25 @@ def run(remote, x, **kw):
         again = blame.stand_in_forward(remote, x, exc,
                                        lambda target, stand_ins: target(x, stand_ins=stand_ins, **kw))
         if again is None:
-            raise
+            checks.raise_with_hint(exc, raised_like_wiring(remote, x))
         value, note, remote.stood_in = again
         checks.note(note)
         return value
+
+
+def raised_like_wiring(remote, x):
+    """A hint for checks.raise_with_hint: the mistake of the module's own wiring that raises exactly what the
+    student's `remote` raised for `x` (diagnose.module_errors: a mask not cut to T, merged attention weights),
+    named with the line it raised at."""
+    def hint(exc):
+        args, kwargs = getattr(remote, "args", ()), getattr(remote, "kwargs", {})
+        context_length = kwargs.get("context_length", args[2] if len(args) > 2 else None)
+        params = diagnose.all_parameters(remote.state())
+        name = diagnose.module_errors(remote.name, params, x, num_heads_of(remote), context_length).get(
+            f"{exc.exc_type}: {exc.detail}")
+        where = where_raised(exc)
+        return f"{name}; it raised at {where}" if name and where else name
+    return hint
 
 
 def forward(remote, x, **kw):
@@ -207,7 +222,8 @@ def check_dropout_on_weights(remote, reference, d_in, block, what, p=0.5):
     x = randn(8, 5, d_in, seed=31)  # (B, T, d_in)
     with torch.no_grad():
         v0 = reference(x)[:, 0]  # (B, features): each head's v0, the output at token 0 in eval mode
-    if expect_same(remote, reference, x, f"in eval mode with dropout={p}",
+    if expect_same(remote, reference, x, f"in eval mode with dropout={p} (its values, checked before its dropout: "
+                   "eval mode switches dropout off)",
                    otherwise=random_in_eval_mode(remote, x)):
         return  # its output inherits a fault of its parts: the evidence below depends on them (see the note)
     if getattr(remote, "stood_in", None):
