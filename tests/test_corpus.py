@@ -148,6 +148,19 @@ def test_attention_diagnoses_name_their_own_mistake(mask):
                     assert wrong in diagnose.match(value, values, expected=expected), (lead, wrong)
 
 
+def test_a_coarse_tolerance_names_the_nearest_mistake_not_every_one_within_it():
+    """In bfloat16 (atol 4e-2) the mask never applied and the blocked scores filled with -1e-9 both lay within the
+    tolerance of each other's output (0.03 apart), and the report named the fill for a mask never applied. The
+    evidence names the nearest mistake, and both only where they agree to rounding."""
+    base = torch.tensor([[1.0, 0.0], [0.2561, 0.7439]])  # (L, S) weights
+    variants = {"the tiny fill": base + torch.tensor([[0.0, 0.0], [0.0306, -0.0306]]), "the mask never applied": base}
+    got = base + 0.002  # bfloat16's rounding of the mask never applied
+    assert diagnose.match(got, variants, atol=4e-2) == "the mask never applied"
+    assert diagnose.match(got, {**variants, "its twin": base + 1e-3}, atol=4e-2) == (
+        "the mask never applied (or, giving the same output here: its twin)")
+    assert diagnose.match(got, variants, atol=1e-4) is None  # in float32 neither is within the tolerance
+
+
 def test_an_error_names_a_mistake_only_when_that_mistake_raises_exactly_that_error():
     """diagnose.attention_errors: the mistakes that raise on the inputs (a mask transposed when L != S, dropout
     applied to the output) are named by their exact error, and another error, or the right type with another
