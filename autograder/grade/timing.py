@@ -272,6 +272,8 @@ def work_skipped(outputs, xs, squares, d_out):
     Read from the outputs alone, in the trusted process; nothing the student process says about itself counts."""
     if not isinstance(outputs, list) or len(outputs) != len(xs):
         return "not every timed pass returned an output"
+    if not squares:
+        return "no square of inputs was timed to show it"
     for out, x in zip(outputs, xs):
         expected = (*x.shape[:-1], d_out)
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != expected or not out.is_floating_point():
@@ -399,7 +401,11 @@ def time_remote_block(remote, xs, discard=False):
     the seconds run from sending the first to reading the last answer. `discard`: the outputs stay
     there (for `bench`, which checks nothing).
     """
-    outputs, seconds, waited = remote.time(xs, discard=discard, stand_ins=getattr(remote, "timing_stand_ins", None))
+    stand_ins = getattr(remote, "timing_stand_ins", None)  # public stand-ins for crashing parts (build_fused)
+    if stand_ins:
+        outputs, seconds, waited = remote.time(xs, discard=discard, stand_ins=stand_ins)
+    else:
+        outputs, seconds, waited = remote.time(xs, discard=discard)
     return seconds / len(xs), outputs, waited / len(xs)
 
 
