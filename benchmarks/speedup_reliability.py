@@ -1,11 +1,13 @@
 """Benchmark: are the structure and speed checks reliable under load, and under attack?
 
-Runs the timed measurement of a grading (autograder.grade.timing.measure_until,
+Runs the timed measurement of a grading (autograder.grade.timing.measure_for_grading,
 retries included: exactly what a grading runs, and what its structure and two
-speed checks read) RUNS times on each of: the honest modules (the reference
-fused module, and the corpus's einsum and SDPA variants), which must pass every
-check every time; and the cheating ones, which must fail every time: a fused
-module that loops over the heads, the corpus's hidden loops (tests/corpus/
+speed checks read, `timing.earns`) RUNS times on each of: the honest modules
+(the reference fused module, the corpus's einsum and SDPA variants, and a fused
+module with a value bug, Wq, Wk and Wv with a bias: speed is judged whatever
+the values), which must pass every check every time; and the cheating ones,
+which must fail every time: a fused module that returns zeros, one that returns
+its input, one that loops over the heads, the corpus's hidden loops (tests/corpus/
 attacks.toml: a dispatch mode switched off, a patched counter, passes batched
 through ._base or storage arithmetic, a pass that reads ahead) and its timing
 attacks (replayed answers, a table of the inputs, CPU burners while the
@@ -39,8 +41,9 @@ from autograder.sandbox.client import Sandbox  # noqa: E402
 from tests.corpus import load_attacks, load_corpus, materialize  # noqa: E402
 
 CHUNK = 25
-HONEST = ("reference", "mha-fused-einsum", "mha-fused-sdpa-is-causal")
-CHEATS = ("mha-fused-loop-over-heads", "hidden-loop-dispatch-mode-off", "hidden-loop-patched-counter",
+HONEST = ("reference", "mha-fused-einsum", "mha-fused-sdpa-is-causal", "mha-fused-qkv-bias-always")
+CHEATS = ("mha-fused-returns-zeros", "mha-fused-returns-input", "mha-fused-loop-over-heads",
+          "hidden-loop-dispatch-mode-off", "hidden-loop-patched-counter",
           "hidden-loop-batched-through-base", "hidden-loop-batched-through-storage", "hidden-loop-reads-ahead",
           "timing-replay-on-retry", "timing-input-table", "timing-burners-during-reference")
 #: figure -> (how it reads, the threshold, True when a higher figure is better)
@@ -55,18 +58,18 @@ def run(name, submission, runs, details=None):
         with Sandbox(submission) as sandbox:
             timed = timing.build_timed(sandbox)
             for i in range(first, min(runs, first + CHUNK)):
-                m = timing.measure_until(timed)
-                ok = timing.passes(m)
+                m = timing.measure_for_grading(timed)
+                ok = timing.earns(m)
                 passed += ok
                 if details is not None and ok != (name in HONEST):
                     with open(details, "a") as out:
                         out.write(json.dumps({"module": name, "run": i + 1, "passed": ok, **m.to_dict()}) + "\n")
                 for f in FIGURES:
-                    values[f].append(getattr(m, f) if m.verified and m.vouched else math.nan)
+                    values[f].append(getattr(m, f) if (m.verified or m.worked) and m.vouched else math.nan)
                 if (i + 1) % 20 == 0:
                     print(f"  {name}: {i + 1}/{runs} runs, {passed} passed", flush=True)
     q = lambda xs: (f"min {min(xs):.2f}, median {statistics.median(xs):.2f}, max {max(xs):.2f}"  # noqa: E731
-                    if xs else "no verified run")
+                    if xs else "no run that did the work")
     print(f"{name}: {passed}/{runs} passed in {time.monotonic() - start:.0f} s", flush=True)
     for f, (words, threshold, higher) in FIGURES.items():
         xs = [x for x in values[f] if not math.isnan(x)]

@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 import torch
 
 from autograder.sandbox import batchlock, freeze, wire
-from autograder.sandbox.remote import timed_pass
+from autograder.sandbox.remote import describe_tensor, timed_pass
 from autograder.sandbox.freeze import frozen
 from autograder.sandbox.seeding import manual_seed
 
@@ -120,6 +120,7 @@ class Measurement:
     reference_fused_few: float = float("nan")
     device: str = "cpu"
     verified: bool = True  # every timed pass of the student's modules returned the reference's output
+    skipped: str = ""  # what a timed block showed instead of the work of attention ("": every one showed it)
     seeds: tuple[int, ...] = ()  # the secret seed of each try (round_inputs rebuilds its inputs)
     rounds: int = ROUNDS  # rounds timed, over all tries
     discarded: int = 0  # of them, rounds in which student code ran while a reference was timed
@@ -128,6 +129,11 @@ class Measurement:
     load_s: float = 0.0  # seconds per pass, summed over rounds, taken off the student's blocks: run delay
     mismatched: list = field(default_factory=list, repr=False)  # (input, output, module) of passes unlike the reference
     module: object = field(default=None, repr=False)  # the student's timed modules (RemoteModules: many, few heads)
+
+    @property
+    def worked(self):
+        """Every timed block showed the work of attention (`work_skipped`), whatever its values."""
+        return not self.skipped
 
     @property
     def vouched(self):
@@ -205,17 +211,99 @@ class Measurement:
         return {**{f"{name}_s": getattr(self, name) for name in FIGURES},
                 "speedup": self.speedup, "slowdown": self.slowdown, "growth": self.growth,
                 "reference_growth": self.reference_growth, "relative_growth": self.relative_growth,
-                "device": self.device, "verified": self.verified, "seeds": list(self.seeds), "rounds": self.rounds,
+                "device": self.device, "verified": self.verified, "skipped_work": self.skipped,
+                "seeds": list(self.seeds), "rounds": self.rounds,
                 "discarded": self.discarded, "discarded_why": self.details[:5], "neighbours_stopped": self.neighbours,
                 "run_delay_taken_off_s": self.load_s, "reps": REPS, "stacked_reps": STACKED_REPS,
                 "sizes": dict(SIZES), "few_heads": FEW_HEADS}
 
 
 def inputs(device="cpu", reps=REPS, seed=0):
-    """`reps` different inputs stacked on dim 0: one per timed pass, new ones each round (nothing to cache)."""
+    """`reps` different inputs stacked on dim 0: one per timed pass, new ones each round (nothing to cache); whole
+    groups of four of them form squares (`block`)."""
+    return block(reps, seed)[0].to(device)  # (reps, B, T, d_in)
+
+
+def block(reps=REPS, seed=0):
+    """(`reps` inputs (reps, B, T, d_in), their squares): the inputs of a timed block, and where in it the work of
+    attention shows (`work_skipped`).
+
+    Each whole group of four inputs is a square: an input x (every token drawn afresh), x with the token at one
+    position p replaced, x with every other token replaced, and x with both replaced; p is drawn for each
+    square, never the first position or the last (a causal mask, or one the wrong way round, still lets the
+    other positions see it). The inputs of a block are in an order drawn from the seed too, so nothing but
+    their values tells a pass where its input stands; a square is (its four indices in the block, p). Every
+    input differs from every other, as before (nothing to cache)."""
     s = SIZES
     gen = torch.Generator().manual_seed(seed)
-    return torch.randn(reps, s["batch"], s["tokens"], s["d_in"], generator=gen).to(device)  # (reps, B, T, d_in)
+    xs = torch.randn(reps, s["batch"], s["tokens"], s["d_in"], generator=gen)  # (reps, B, T, d_in)
+    drawn, squares = [], []
+    for g in range(reps // 4):
+        x, at_p, others, both = xs[4 * g:4 * g + 4].clone()  # (B, T, d_in) each, all drawn afresh
+        p = int(torch.randint(1, s["tokens"] - 1, (1,), generator=gen))
+        rest = [t for t in range(s["tokens"]) if t != p]
+        at_p[:, rest] = x[:, rest]  # x, but for the token at p
+        others[:, p] = x[:, p]  # x, but for the tokens elsewhere
+        both[:, p], both[:, rest] = at_p[:, p], others[:, rest]  # x, but for every token
+        drawn += [x, at_p, others, both]
+        squares.append((4 * g, 4 * g + 1, 4 * g + 2, 4 * g + 3, p))
+    drawn += list(xs[4 * len(squares):])
+    order = torch.randperm(reps, generator=gen).tolist()  # position in the block -> drawn input
+    where = {i: n for n, i in enumerate(order)}
+    squares = [(where[a], where[b], where[c], where[d], p) for a, b, c, d, p in squares]
+    return torch.stack([drawn[i] for i in order]) if drawn else xs, squares
+
+
+#: The work of attention shows in a square of inputs (`block`) as an interaction: at the positions other than p,
+#: out(x) - out(x with p replaced) - out(x with the rest replaced) + out(x with both) is far from zero, as the
+#: weights of token p depend on the other tokens (their queries and keys). A module that mixes positions with
+#: weights of its own (a running sum), works on each position alone, or returns zeros or its input gives zero
+#: there up to rounding (at most 5e-7 of its largest output); the reference fused module gives at least 0.037
+#: (1 head) and 0.069 (64 heads), a fused module with the scores divided by sqrt(d_out) 0.0085 (the smallest
+#: of the corpus's value bugs; 40-200 blocks each): the threshold sits 85x below that and 200x above rounding.
+INTERACTION = 1e-4
+
+
+def work_skipped(outputs, xs, squares, d_out):
+    """What the timed outputs of a block (one per input of `xs`) show instead of the work of attention, or ""
+    when every square of inputs (`block`) shows it: an output at one position that depends on the token at
+    another one jointly with the rest (through products of queries and keys), whatever its values.
+
+    Read from the outputs alone, in the trusted process; nothing the student process says about itself counts."""
+    if not isinstance(outputs, list) or len(outputs) != len(xs):
+        return "not every timed pass returned an output"
+    if not squares:
+        return "no square of inputs was timed to show it"
+    for out, x in zip(outputs, xs):
+        expected = (*x.shape[:-1], d_out)
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != expected or not out.is_floating_point():
+            what = describe_tensor(out) if isinstance(out, torch.Tensor) else type(out).__name__
+            return f"a timed pass returned {what} for an input {tuple(x.shape)}, not a float tensor {expected}"
+    with torch.no_grad():
+        for a, b, c, d, p in squares:
+            square = [outputs[n].detach().double().cpu() for n in (a, b, c, d)]  # (B, T, d_out) each
+            finite = [t[torch.isfinite(t)] for t in square]
+            scale = max((float(t.abs().max()) for t in finite if t.numel()), default=0.0)
+            if scale == 0.0:
+                return "its outputs were all zeros (or not numbers)"
+            rest = [t for t in range(square[0].shape[1]) if t != p]
+            moved = [(square[0] - square[1])[:, rest], (square[2] - square[3])[:, rest]]  # token p: (B, T - 1, d_out)
+            if all(_largest(m) <= INTERACTION * scale for m in moved):
+                return ("the output at a position did not change when the tokens at the other positions did "
+                        "(each position's output depends on its own token alone, or on none: no attention "
+                        "between positions)")
+            interaction = (square[0] - square[1] - square[2] + square[3])[:, rest]  # (B, T - 1, d_out)
+            if _largest(interaction) <= INTERACTION * scale:
+                return ("its outputs mixed the positions with weights that do not depend on the tokens (a change "
+                        "of one token moved the other positions' outputs the same way whatever the other tokens "
+                        "were: no products of queries and keys)")
+    return ""
+
+
+def _largest(t):
+    """The largest finite magnitude in `t` (0 when none is finite)."""
+    t = t[torch.isfinite(t)]
+    return float(t.abs().max()) if t.numel() else 0.0
 
 
 def round_seed(secret: int, r: int, heads: int | None = None) -> int:
@@ -249,21 +337,38 @@ def reference_modules(device="cpu", heads=None):
     return stacked.eval().to(device), fused.eval().to(device)
 
 
-def build_fused(student, device="cpu", heads=None):
+def build_fused(student, device="cpu", heads=None, stand_ins=()):
     """The student's fused module at the timing sizes with `heads` heads (None: SIZES'), on `device`, with the
-    reference fused module's weights."""
+    reference fused module's weights wherever it has a parameter of that name and shape (the others keep the
+    student's own initial values, drawn after seed 0: a module with no Wo, or a bias the contract does not
+    have, is timed too). `stand_ins`: public stand-ins for the student's parts that crash (`public_stand_ins`),
+    in place while it is built and while it is timed."""
     s = SIZES
     heads = heads or s["num_heads"]
+    specs = public_stand_ins(stand_ins)
     remote = student.new("mha", "MultiHeadAttention", s["d_in"], s["num_heads"] * s["head_dim"], s["tokens"], 0.0,
-                         heads, seed=0)
+                         heads, seed=0, stand_ins=specs)
+    remote.timing_stand_ins = specs
     _, fused = reference_modules(heads=heads)
-    remote.load({name: p.detach().clone() for name, p in fused.named_parameters()})
+    own = remote.state().get("parameters", {})
+    remote.load({name: p.detach().clone() for name, p in fused.named_parameters()
+                 if isinstance(own.get(name), torch.Tensor) and tuple(own[name].shape) == tuple(p.shape)})
     return remote.to(device=device) if device != "cpu" else remote
 
 
-def build_timed(student, device="cpu"):
+def public_stand_ins(parts):
+    """The requests' specs of public stand-ins (autograder/sandbox/standin.py, PUBLIC) for the student's `parts`
+    ("merge", "split", "attention", "mask"): the operation each part is asked for, run in the student process,
+    so that a module whose own part crashes is timed on the rest of its own code. No answer of the grader's is
+    in them."""
+    from autograder.graders.blame import PARTS
+
+    return [{"module": PARTS[part][0], "name": PARTS[part][1], "public": True} for part in sorted(parts)]
+
+
+def build_timed(student, device="cpu", stand_ins=()):
     """The student's two timed fused modules: (SIZES' 64 heads, FEW_HEADS)."""
-    return build_fused(student, device), build_fused(student, device, FEW_HEADS)
+    return build_fused(student, device, stand_ins=stand_ins), build_fused(student, device, FEW_HEADS, stand_ins)
 
 
 def time_block(module, xs, clock=time.thread_time):
@@ -296,7 +401,11 @@ def time_remote_block(remote, xs, discard=False):
     the seconds run from sending the first to reading the last answer. `discard`: the outputs stay
     there (for `bench`, which checks nothing).
     """
-    outputs, seconds, waited = remote.time(xs, discard=discard)
+    stand_ins = getattr(remote, "timing_stand_ins", None)  # public stand-ins for crashing parts (build_fused)
+    if stand_ins:
+        outputs, seconds, waited = remote.time(xs, discard=discard, stand_ins=stand_ins)
+    else:
+        outputs, seconds, waited = remote.time(xs, discard=discard)
     return seconds / len(xs), outputs, waited / len(xs)
 
 
@@ -367,7 +476,7 @@ def did_the_work(outputs, reference, xs, mismatched=None, module=None):
 
 
 def measure(timed, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, enough=None,
-            stop_on_mismatch=True) -> Measurement:
+            stop_on_mismatch=True, stop_on_skip=True) -> Measurement:
     """Interleaved rounds of the student's two fused modules (`timed`: 64 heads, FEW_HEADS) and the four
     reference modules.
 
@@ -379,15 +488,20 @@ def measure(timed, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, enough=N
     Every input comes from `secret` (default: a fresh secret seed), and the
     student's outputs are checked against the reference fused modules
     (which have the same weights) after the timing: a block that skips its
-    work, or replays answers, is caught. The student's two blocks run in an
+    work, or replays answers, is caught; and, whatever their values, for
+    the work of attention (`work_skipped`: `skipped`, the first block that
+    did not show it). The student's two blocks run in an
     order drawn anew each round. The references are timed with the
     student's process tree frozen; a round in which it used CPU anyway is
     discarded. The whole measurement holds the machine's measurement lock,
     with every other grading of this user on the machine stopped
     (autograder/sandbox/batchlock.py). A try ends after the first round
     whose outputs differ from the reference (nothing can pass then; unless
-    `stop_on_mismatch` is false: the outputs of a module excused by the
-    student's own faulty parts, `remeasure_excused`), or, given `enough` (a
+    `stop_on_mismatch` is false: a module whose outputs show the work of
+    attention, or are excused by the student's own faulty parts,
+    `remeasure_unverified`; then after the first round that skipped that
+    work, unless `stop_on_skip` is false too: excused ones), or, given
+    `enough` (a
     predicate on a Measurement, as `passes`), once the figures of
     MIN_ROUNDS or more rounds satisfy it.
     """
@@ -398,7 +512,7 @@ def measure(timed, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, enough=N
     root = many.sandbox.process_tree_root()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    verified, discarded, details, mismatched, load = True, 0, [], [], 0.0
+    verified, discarded, details, mismatched, load, skipped = True, 0, [], [], 0.0, ""
     best = {name: float("inf") for name in FIGURES}
     best["trip"] = float("inf")
     draw = random.SystemRandom()
@@ -410,7 +524,8 @@ def measure(timed, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, enough=N
                 for module in references[heads]:
                     time_block(module, warm)
             for r in range(1, rounds + 1):
-                xs = {heads: inputs(device, reps, seed=round_seed(secret, r, heads)) for heads in student}
+                blocks = {heads: block(reps, seed=round_seed(secret, r, heads)) for heads in student}
+                xs = {heads: blocks[heads][0].to(device) for heads in student}
                 order = list(student)
                 draw.shuffle(order)
                 times, outputs = {}, {}
@@ -428,14 +543,16 @@ def measure(timed, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, enough=N
                 for heads in student:
                     verified = did_the_work(outputs[heads], references[heads][1], xs[heads], mismatched,
                                             student[heads]) and verified
+                    skipped = skipped or work_skipped(outputs[heads], xs[heads], blocks[heads][1],
+                                                      SIZES["num_heads"] * SIZES["head_dim"])
                 if stop.clean is False:
                     discarded += 1
                     details.append(stop.why())
                     continue
                 best = {name: min(best[name], figures[name]) for name in best}
-                if r < rounds and ((not verified and stop_on_mismatch) or enough is not None and r >= MIN_ROUNDS
-                                   and enough(_figures(best, reps, device, verified, secret, r, discarded, details,
-                                                       load))):
+                decided = not verified and (stop_on_mismatch or skipped and stop_on_skip)
+                if r < rounds and (decided or enough is not None and r >= MIN_ROUNDS and enough(
+                        _figures(best, reps, device, verified, secret, r, discarded, details, load, skipped))):
                     rounds = r  # decided: wrong outputs fail whatever the times; or the figures already pass
                     break
         finally:
@@ -444,16 +561,16 @@ def measure(timed, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, enough=N
     if ran:  # a neighbour ran anyway (its processes could not all be stopped): nothing vouched
         discarded = rounds
         details.append("; ".join(ran) + " during the measurement")
-    m = _figures(best, reps, device, verified, secret, rounds, discarded, details, load)
+    m = _figures(best, reps, device, verified, secret, rounds, discarded, details, load, skipped)
     m.mismatched, m.neighbours = mismatched, len(neighbours)
     return m
 
 
-def _figures(best, reps, device, verified, secret, rounds, discarded, details, load) -> Measurement:
+def _figures(best, reps, device, verified, secret, rounds, discarded, details, load, skipped="") -> Measurement:
     """The Measurement of the best times so far (the FIGURES, and "trip": the references' charge)."""
     charge = best["trip"] / reps
     values = {name: best[name] + (charge if name.startswith("reference") else 0.0) for name in FIGURES}
-    return Measurement(**values, device=device, verified=verified, seeds=(secret,), rounds=rounds,
+    return Measurement(**values, device=device, verified=verified, skipped=skipped, seeds=(secret,), rounds=rounds,
                        discarded=discarded, details=list(details), load_s=load)
 
 
@@ -461,15 +578,24 @@ def passes(m: Measurement) -> bool:
     return m.verified and times_pass(m)
 
 
+def earns(m: Measurement) -> bool:
+    """What a grading's three timed checks ask of a measurement (graders/test_mha.py, `speedup_measurement`, which
+    also excuses outputs that the student's faulty parts explain): the figures pass, and the timed passes
+    returned the reference's outputs or, whatever their values, showed the work of attention."""
+    return (m.verified or m.worked) and times_pass(m)
+
+
 def times_pass(m: Measurement) -> bool:
     """The figures pass every check, whatever the outputs (for a module whose outputs were excused)."""
     return m.vouched and m.fast_enough and m.close_to_reference and m.flat_in_heads
 
 
-def measure_until(timed, passes=passes, device="cpu", retries=RETRIES, stop_on_mismatch=True) -> Measurement:
+def measure_until(timed, passes=passes, device="cpu", retries=RETRIES, stop_on_mismatch=True,
+                  stop_on_skip=True) -> Measurement:
     """Measure; while `passes` is false, measure more, at most `retries` times in all (none after a try whose
     outputs differed from the reference's, `verified` only ever turning false, unless `stop_on_mismatch` is
-    false).
+    false; nor then after one whose outputs differed and skipped the work of attention, unless `stop_on_skip`
+    is false too).
 
     The tries accumulate: each module keeps its best time over all rounds so
     far, so a retry sharpens every figure (the references' too) instead of
@@ -480,40 +606,58 @@ def measure_until(timed, passes=passes, device="cpu", retries=RETRIES, stop_on_m
     """
     result = None
     for _ in range(retries):
-        m = measure(timed, device, enough=passes, stop_on_mismatch=stop_on_mismatch)
+        m = measure(timed, device, enough=passes, stop_on_mismatch=stop_on_mismatch, stop_on_skip=stop_on_skip)
         if result is not None:
             m = Measurement(**{name: min(getattr(m, name), getattr(result, name)) for name in FIGURES},
-                            device=device, verified=m.verified and result.verified, seeds=result.seeds + m.seeds,
+                            device=device, verified=m.verified and result.verified,
+                            skipped=result.skipped or m.skipped, seeds=result.seeds + m.seeds,
                             rounds=result.rounds + m.rounds, discarded=result.discarded + m.discarded,
                             details=result.details + m.details, mismatched=result.mismatched + m.mismatched,
                             neighbours=max(result.neighbours, m.neighbours), load_s=result.load_s + m.load_s)
         result = m
-        if passes(result) or (not result.verified and stop_on_mismatch):  # wrong outputs are no noise: no try
-            break  # can undo them
+        if passes(result) or (not result.verified and (stop_on_mismatch or result.skipped and stop_on_skip)):
+            break  # wrong outputs are no noise: no try can undo them
     return result
+
+
+def measure_for_grading(timed, device="cpu") -> Measurement:
+    """What a grading measures (and benchmarks/speedup_reliability.py with it): `measure_until`; when the
+    outputs were not the reference's but showed the work of attention, the measurement is taken again as a
+    correct module's is (`remeasure`), for speed is judged whatever the values (the value checks charge those)."""
+    m = measure_until(timed, device=device)
+    if not m.verified and m.worked and not times_pass(m):
+        m = remeasure(timed, device)
+    return m
+
+
+def remeasure(timed, device="cpu", excused=False) -> Measurement:
+    """The measurement of modules whose outputs differ from the reference's (whose work shows, or whose faults
+    the student's own parts explain, graders/blame.py), taken as a correct module's is: its rounds and retries,
+    not the one round after which `measure_until` stopped (a single round, on a busy machine, failed a fast
+    module). Every mismatched pass is kept in `mismatched`, for the grader to excuse; a block that skips the
+    work of attention ends it, unless the module is `excused` (the grader asks its parts again)."""
+    m = measure_until(timed, passes=times_pass, device=device, stop_on_mismatch=False, stop_on_skip=not excused)
+    m.module = timed
+    return m
 
 
 _measured = {}
 
 
-def grade_speedup(student, device="cpu") -> Measurement:
-    """The measurement the structure and speedup checks of one grading share (once per student process)."""
-    key = (id(student), device)
+def grade_speedup(student, device="cpu", stand_ins=()) -> Measurement:
+    """The measurement the structure and speedup checks of one grading share (once per student process), of the
+    student's module with public stand-ins for its crashing `stand_ins` parts (`public_stand_ins`), if any."""
+    key = (id(student), device, tuple(sorted(stand_ins)))
     if key not in _measured:
-        timed = build_timed(student, device)
-        _measured[key] = measure_until(timed, device=device)
+        timed = build_timed(student, device, stand_ins)
+        _measured[key] = measure_for_grading(timed, device=device)
         _measured[key].module = timed
     return _measured[key]
 
 
-def remeasure_excused(student, device="cpu") -> Measurement:
-    """The measurement of modules whose outputs differ from the reference's only by the student's own faulty
-    parts (graders/blame.py excused them), taken as a correct module's is: its rounds and retries, not the one
-    round after which grade_speedup stopped (a single round, on a busy machine, failed a fast module). Every
-    mismatched pass is kept in `mismatched`, for the grader to excuse again. Once per student process."""
-    key = (id(student), device, "excused")
+def remeasure_unverified(student, device="cpu", stand_ins=(), excused=False) -> Measurement:
+    """`remeasure` of the modules grade_speedup timed (once per student process)."""
+    key = (id(student), device, tuple(sorted(stand_ins)), "again", excused)
     if key not in _measured:
-        timed = grade_speedup(student, device).module
-        _measured[key] = measure_until(timed, passes=times_pass, device=device, stop_on_mismatch=False)
-        _measured[key].module = timed
+        _measured[key] = remeasure(grade_speedup(student, device, stand_ins).module, device, excused)
     return _measured[key]

@@ -9,10 +9,14 @@ from __future__ import annotations
 from autograder.sandbox.errors import StudentError
 
 
-def timed_pass(handle, x, discard=False):
+def timed_pass(handle, x, discard=False, stand_ins=None):
     """The request of one timed forward pass of the module `handle` on `x`: a copy of `x` in a storage of its
-    own, so that the student process sees no other pass's input through it (RemoteModule.time)."""
-    return {"op": "time", "handle": handle, "discard": discard, "x": x.contiguous().clone()}
+    own, so that the student process sees no other pass's input through it (RemoteModule.time). `stand_ins`:
+    public stand-ins for the student's parts in place during the pass (autograder/sandbox/standin.py, PUBLIC)."""
+    request = {"op": "time", "handle": handle, "discard": discard, "x": x.contiguous().clone()}
+    if stand_ins:
+        request["stand_ins"] = list(stand_ins)
+    return request
 
 
 
@@ -83,21 +87,24 @@ class RemoteModule:
         """aten operator name -> number of calls during one forward pass."""
         return self._request("count_ops", signature(f"{self.name}.forward", args, {}), args=list(args))["counts"]
 
-    def time(self, inputs, discard=False, timeout=None):
+    def time(self, inputs, discard=False, timeout=None, stand_ins=None):
         """Run one forward pass per input (`inputs` stacked on dim 0); return (outputs, seconds, seconds waited).
 
         For the caller to time (autograder.grade.timing): each pass is a request of its own, sent only once
         the pass before it has answered, with a copy of its input in a storage of its own, so a pass sees
         its own input alone, and only when it runs. `seconds`: from sending the first pass to reading the
         last answer; `seconds waited`: of them, this thread's run delay (`Sandbox.exchange`). `discard`:
-        send no outputs back.
+        send no outputs back. `stand_ins`: public stand-ins for the student's parts, in place during every pass
+        (autograder/sandbox/standin.py, PUBLIC; never the sealed ones, which answer only the grader's inputs).
         """
         context = signature(f"{self.name}.forward", [inputs[0]], {}) + f" x {len(inputs)}"
         # An output is the size of an input, give or take a dtype and a last dimension: an answer far larger
         # than that is refused before it is read.
         limit = (1 << 20) + 16 * inputs[0].numel() * inputs.element_size()
         self._alive()
-        requests = [timed_pass(self.handle, x, discard) for x in inputs]
+        if any(not spec.get("public") for spec in stand_ins or ()):
+            raise ValueError("a timed pass takes public stand-ins only")
+        requests = [timed_pass(self.handle, x, discard, stand_ins) for x in inputs]
         answers, seconds, waited = self.sandbox.exchange(self.module, requests, timeout, context, limit)
         outputs = [a.get("output") for a in answers]
         if discard:

@@ -18,6 +18,13 @@ learns nothing from it. An input that is not one of those (another wiring, a
 different rounding) gets an error, and the check is graded as without the
 stand-in.
 
+A public stand-in is the other kind, for timing (autograder/grade/timing.py): a
+module whose own part crashes is timed with that part replaced by the operation
+the contract asks of it (PUBLIC: a transpose and a reshape, a `tril`, the
+formula of attention), which any student could write; it knows no answer, so
+the timed code is the student's own but for that part, and nothing sealed is
+in reach. Its time is the student's: it runs in the student process.
+
 The student process loads this file by path (student_process._sibling), the
 trusted side imports it; both compute the same bytes of a value. It imports
 torch only when a stand-in is made or called: the student process loads it
@@ -37,6 +44,52 @@ SIGNATURES = {
     ("heads", "split_heads"): (("x", "num_heads"), ("x", "num_heads"), {}),
     ("heads", "merge_heads"): (("x",), ("x",), {}),
     ("masks", "causal_mask"): (("seq_len", "device"), ("seq_len",), {"device": None}),
+}
+
+
+def _split_heads(x, num_heads):
+    """(B, T, d_model) -> (B, H, T, head_dim): a reshape and a transpose."""
+    B, T, d_model = x.shape
+    if d_model % num_heads != 0:
+        raise ValueError(f"num_heads={num_heads} does not divide d_model={d_model}")
+    return x.reshape(B, T, num_heads, d_model // num_heads).transpose(1, 2)
+
+
+def _merge_heads(x):
+    """(B, H, T, head_dim) -> (B, T, H * head_dim): a transpose and a reshape."""
+    B, H, T, head_dim = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * head_dim)
+
+
+def _causal_mask(seq_len, device=None):
+    """bool (T, T), True where key j <= query i: a `tril`."""
+    import torch
+
+    return torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool, device=device))
+
+
+def _attention(query, key, value, mask=None, dropout=None):
+    """(output, weights) of softmax(query key^T / sqrt(d_k)) value, False of the mask blocked: the contract's
+    formula, as the student's docstring gives it."""
+    import math
+
+    import torch
+
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (..., L, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)  # (..., L, S)
+    if dropout is not None:
+        weights = dropout(weights)
+    return weights @ value, weights  # (..., L, d_v), (..., L, S)
+
+
+#: The public stand-ins: (student module, function) -> the operation the contract asks of it.
+PUBLIC = {
+    ("attention", "scaled_dot_product_attention"): _attention,
+    ("heads", "split_heads"): _split_heads,
+    ("heads", "merge_heads"): _merge_heads,
+    ("masks", "causal_mask"): _causal_mask,
 }
 
 
