@@ -489,9 +489,9 @@ def _modules(parts):
 
 def note_unusable(name, parts) -> str:
     """What the report says of a check graded with stand-ins for `parts`, whose answers the module could not use."""
-    return (f"Your {name} could not use what your {describe(parts)} returned (it raised with {_it(parts)}): graded "
-            f"as if {_functions(parts)} worked (the grader stood in for {_it(parts)}, answering the inputs "
-            f"{_they(parts)} should get); that fault costs points in the {_modules(parts)} checks only.")
+    return (f"Your {name} raised with what your {describe(parts)} returned, and runs with the grader standing in "
+            f"for {_it(parts)} (answering the inputs {_they(parts)} should get): graded as if {_functions(parts)} "
+            f"worked; that fault costs points in the {_modules(parts)} checks only.")
 
 
 def note_dropout(name) -> str:
