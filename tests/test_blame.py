@@ -277,3 +277,14 @@ def test_an_mha_whose_own_dropout_is_wrong_is_not_excused_by_the_attentions(tmp_
     failed = {t.id for t in report.failed() if t.module == "mha"}
     assert failed == {"test_causal_attention_dropout", "test_fused_dropout"}, (
         failed, [(t.id, t.message[:200]) for t in report.tests])
+
+
+def test_the_device_check_inherits_a_fault_of_the_parts_too(tmp_path):
+    """The CUDA check's logic (check_device), run on the CPU: a CausalAttention given the weights where the context
+    should be (the student's attention returns (weights, output)) is right given its parts there as elsewhere."""
+    from autograder.graders import test_mha
+    from autograder.sandbox.client import Sandbox
+
+    folder = with_part(composed_submission(tmp_path / "device"), "attention", *UNUSABLE["attention"])
+    with Sandbox(folder, call_timeout=10.0) as sandbox:
+        test_mha.check_device(sandbox, "cpu")

@@ -377,7 +377,7 @@ class _Probe(Parts):
         if part == "attention" and not args[0].is_meta:
             _, weights = REFERENCE[part](*args)  # (..., L, S)
             generator = torch.Generator().manual_seed(DROPOUT_PATTERN_SEED)
-            pattern = (torch.rand(weights.shape, generator=generator) < 0.5).to(weights.dtype) * 2.0
+            pattern = (torch.rand(weights.shape, generator=generator) < 0.5).to(weights) * 2.0  # weights' device
             dropped = REFERENCE[part](*args, dropout=lambda w: w * pattern)
             calls.append(((("dropout", {"__pattern_dropout__": pattern}),), dropped))
         for kwargs, expected in calls:
