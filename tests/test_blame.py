@@ -191,3 +191,100 @@ def test_a_part_that_leaves_nothing_to_compute_does_not_excuse_a_module_that_com
     assert expected <= failed, (
         f"expected the MHA that computes nothing to fail {sorted(expected - failed)} too, though its {part}.py "
         f"leaves nothing to compute; noted: {[(t.id, t.message[:120]) for t in report.noted()]}")
+
+
+# A part whose answer the module cannot use: the module raises with it (a float mask, which ~mask refuses; the
+# weights where the context should be, which Wo cannot take). No composition explains that: the module, run again
+# with the student's faulty parts stood in for, decides (blame.stand_in_faulty, blame.right_given_working_parts).
+UNUSABLE = {
+    "masks": ("return torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool, device=device))",
+              "return torch.tril(torch.ones(seq_len, seq_len, device=device))  # float 0/1: ~mask raises"),
+    "attention": ("    return output, weights", "    return weights, output"),
+}
+
+
+def with_part(folder, part, old, new):
+    path = folder / f"{part}.py"
+    path.write_text(_replace(path.read_text(encoding="utf-8"), old, new), encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize("part", sorted(UNUSABLE))
+def test_a_part_whose_answer_the_module_cannot_use_costs_points_in_its_own_module_only(tmp_path, part,
+                                                                                        warm_servers):
+    report = graded(with_part(composed_submission(tmp_path / part), part, *UNUSABLE[part]), warm_servers)
+    earned, available = report.modules()[part]
+    assert earned < available, f"expected the planted bug in {part}.py to cost points there, got {earned}/{available}"
+    mha = [f"{t.id}: {t.message[:300]}" for t in report.failed() if t.module == "mha"]
+    assert not mha, f"expected no MHA check to fail for a fault of {part}.py, got:\n" + "\n".join(mha)
+    noted = [t for t in report.tests if t.module == "mha" and t.status == "passed" and t.message]
+    assert noted and all(f"{part}.py" in t.message for t in noted), [(t.id, t.message[:200]) for t in noted]
+
+
+@pytest.mark.parametrize("part", sorted(UNUSABLE))
+def test_an_mha_with_a_fault_of_its_own_beside_a_part_it_cannot_use_still_loses_points(tmp_path, part, warm_servers):
+    folder = with_part(composed_submission(tmp_path / part, mha_bug=True), part, *UNUSABLE[part])
+    failed = {t.id for t in graded(folder, warm_servers).failed() if t.module == "mha"}
+    assert {"test_fused_values", "test_fused_worked_example_seed_004"} <= failed, (
+        f"expected the fused MHA without Wo to fail its value checks beside a broken {part}.py, failed: "
+        f"{sorted(failed)}")
+
+
+def test_a_module_that_computes_nothing_is_not_excused_by_a_part_it_cannot_use(tmp_path, warm_servers):
+    folder = with_part(composed_submission(tmp_path / "nothing"), "masks", *UNUSABLE["masks"])
+    mha = folder / "mha.py"
+    text = _replace(mha.read_text(encoding="utf-8"), CAUSAL_FORWARD[1], "        return torch.zeros_like(self.Wv(x))\n")
+    mha.write_text(_replace(text, FUSED_FORWARD[1], "        return self.Wo(torch.zeros_like(self.Wv(x)))\n"),
+                   encoding="utf-8")
+    failed = {t.id for t in graded(folder, warm_servers).failed() if t.module == "mha"}
+    expected = {"test_causal_attention_values", "test_fused_values", "test_fused_worked_example_seed_004"}
+    assert expected <= failed, f"expected the MHA that computes nothing to fail {sorted(expected - failed)} too"
+
+
+# Dropout: the MHA passes its dropout module to the student's attention, which applies it to the output instead of
+# the weights. The MHA's dropout checks inherit that fault (charged in the attention checks): run in training mode
+# with a stand-in that drops the reference's weights with the MHA's own dropout module, the MHA passes. An MHA that
+# applies its dropout wrongly itself (to the context, keeping it from the attention) still fails.
+DROPOUT_ON_OUTPUT = ("    output = weights @ value  # (..., L, d_v)\n",
+                     "    output = weights @ value  # (..., L, d_v)\n    if dropout is not None:\n"
+                     "        output = dropout(output)\n")
+NO_DROPOUT = ("    if dropout is not None:\n        weights = dropout(weights)\n", "")
+MHA_OWN_DROPOUT = ("context, _ = scaled_dot_product_attention(q, k, v, causal_mask(T, x.device), self.dropout)",
+                   "context, _ = scaled_dot_product_attention(q, k, v, causal_mask(T, x.device))\n"
+                   "        context = self.dropout(context)  # on the context, not on the weights")
+
+
+def test_a_dropout_fault_of_the_attention_costs_points_in_the_attention_checks_only(tmp_path, warm_servers):
+    folder = with_part(composed_submission(tmp_path / "dropout"), "attention", *NO_DROPOUT)
+    report = grade(with_part(folder, "attention", *DROPOUT_ON_OUTPUT), call_timeout=10.0, select="dropout",
+                   servers=warm_servers)
+    status = {f"{t.module}/{t.id}": t for t in report.tests}
+    assert status["attention/test_dropout_module_applied_to_weights"].status == "failed"
+    for check in ("mha/test_causal_attention_dropout", "mha/test_fused_dropout"):
+        t = status[check]
+        assert t.status == "passed" and "scaled_dot_product_attention (attention.py)" in t.message, (
+            check, t.status, t.message[:300])
+
+
+def test_an_mha_whose_own_dropout_is_wrong_is_not_excused_by_the_attentions(tmp_path, warm_servers):
+    folder = with_part(composed_submission(tmp_path / "both"), "attention", *NO_DROPOUT)
+    folder = with_part(folder, "attention", *DROPOUT_ON_OUTPUT)
+    mha = folder / "mha.py"
+    text = mha.read_text(encoding="utf-8")
+    assert text.count(MHA_OWN_DROPOUT[0]) == 2  # CausalAttention's and MultiHeadAttention's forward
+    mha.write_text(text.replace(*MHA_OWN_DROPOUT), encoding="utf-8")
+    report = grade(folder, call_timeout=10.0, select="dropout", servers=warm_servers)
+    failed = {t.id for t in report.failed() if t.module == "mha"}
+    assert failed == {"test_causal_attention_dropout", "test_fused_dropout"}, (
+        failed, [(t.id, t.message[:200]) for t in report.tests])
+
+
+def test_the_device_check_inherits_a_fault_of_the_parts_too(tmp_path):
+    """The CUDA check's logic (check_device), run on the CPU: a CausalAttention given the weights where the context
+    should be (the student's attention returns (weights, output)) is right given its parts there as elsewhere."""
+    from autograder.graders import test_mha
+    from autograder.sandbox.client import Sandbox
+
+    folder = with_part(composed_submission(tmp_path / "device"), "attention", *UNUSABLE["attention"])
+    with Sandbox(folder, call_timeout=10.0) as sandbox:
+        test_mha.check_device(sandbox, "cpu")

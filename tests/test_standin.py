@@ -52,6 +52,26 @@ def test_an_answer_is_found_whether_its_arguments_come_by_position_or_by_name():
     assert torch.equal(output, expected[0]) and torch.equal(weights, expected[1])
 
 
+def test_given_a_dropout_module_the_attentions_stand_in_drops_the_weights_and_multiplies_the_values_by_them():
+    # a module whose own attention applies its dropout wrongly is graded, in training mode, given one that drops
+    # the weights: the module's own dropout module, applied to the reference's weights
+    q, k, v = context(1), context(2), context(3)
+    mask = torch.tril(torch.ones(5, 5, dtype=torch.bool))
+    sealed = standin.seal(ATTENTION, (q, k, v, mask), {}, scaled_dot_product_attention(q, k, v, mask))
+    pattern = (torch.rand(2, 3, 5, 5, generator=torch.Generator().manual_seed(4)) < 0.5).float() * 2.0
+    output, weights = standin.answer(ATTENTION, [sealed], (q, k, v, mask), {"dropout": lambda w: w * pattern})
+    expected = scaled_dot_product_attention(q, k, v, mask, dropout=lambda w: w * pattern)
+    assert torch.allclose(weights, expected[1]) and torch.allclose(output, expected[0])
+
+
+def test_a_dropout_module_that_changes_nothing_leaves_the_answer_as_sealed():
+    q, k, v = context(1), context(2), context(3)
+    sealed = standin.seal(ATTENTION, (q, k, v, None), {}, scaled_dot_product_attention(q, k, v))
+    output, weights = standin.answer(ATTENTION, [sealed], (q, k, v), {"dropout": torch.nn.Dropout(0.5).eval()})
+    expected = scaled_dot_product_attention(q, k, v)
+    assert torch.equal(output, expected[0]) and torch.equal(weights, expected[1])
+
+
 def test_another_mask_is_another_input():
     q, k, v = context(1), context(2), context(3)
     mask = torch.tril(torch.ones(5, 5, dtype=torch.bool))

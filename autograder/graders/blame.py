@@ -22,6 +22,16 @@ running the student's module once more with the blamed parts stood in for
 (sandbox/standin.py, below): given working parts, it must give the
 reference's output.
 
+A part can also be wrong in a way that no composition explains, because the
+module cannot use what it returns (a float mask that the module inverts with
+~, an attention that returns (weights, output)), or because the eval-mode
+wiring never sees it (an attention that applies its dropout module to the
+output). Then the student's parts that answer the inputs the reference wiring
+gives them otherwise than the reference does are stood in for, and the module
+so run decides (faulty_parts, below): it is right if it gives the reference's
+output, and a training-mode forward with the attention stood in for shows
+whether its own dropout is right.
+
 Shapes: x (B, T, d_in); q, k, v (B, T, d_out) per head (CausalAttention) or
 (B, H, T, head_dim) after the split (MultiHeadAttention).
 """
@@ -135,7 +145,10 @@ def _num_heads(name, params, args, kwargs):
 
 def _close(a, b):
     """The same tensor up to rounding: NaN where the other has NaN, and the same infinities, count as equal (a
-    fault of a part that makes NaN, say a row whose every key is blocked, is inherited like any other)."""
+    fault of a part that makes NaN, say a row whose every key is blocked, is inherited like any other). A meta
+    tensor has no values: two are the same when their shapes are."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and (a.is_meta or b.is_meta):
+        return a.is_meta and b.is_meta and a.shape == b.shape
     return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
             and bool(torch.allclose(a.double(), b.double(), atol=1e-4, rtol=1e-4, equal_nan=True)))
 
@@ -319,3 +332,171 @@ def stand_in_construction(module, name, args, kwargs, error):
     crashed = crashed_part(error, module, name)
     built = _construction(name, args, kwargs) if crashed is not None and crashed[0] == "mask" else None
     return None if built is None else (_specs({"mask": built}), note_crash(name, "mask", crashed[1]))
+
+
+# -- a part whose answer the module cannot use, or whose dropout is wrong ----------------------------------------
+# A part can be wrong in a way no composition explains: a causal_mask that returns a float mask, which the module's
+# own `~mask` (or the reference attention's) refuses; a scaled_dot_product_attention that returns (weights, output),
+# whose "output" the module's merge and Wo cannot take; a dropout applied in the wrong place, which the eval-mode
+# wiring never sees. The module then raises, or its output has another shape, or its dropout is wrong, and the
+# part's own checks charge that fault already. Whether the module itself is right is decided as the crash of a part
+# is: the student's module is run again with the student's faulty parts stood in for (their reference answers,
+# sealed with the inputs the reference wiring gives them), and it must give the reference's output.
+DROPOUT_PATTERN_SEED = 5
+
+
+def _same(student, reference):
+    """A part's answer equals the reference's: the same structure, dtypes and shapes, and close values (a meta
+    tensor has none)."""
+    if isinstance(reference, torch.Tensor):
+        return (isinstance(student, torch.Tensor) and student.dtype == reference.dtype
+                and student.shape == reference.shape and (reference.is_meta or _close(student, reference)))
+    return (isinstance(student, (list, tuple)) and len(student) == len(reference)
+            and all(_same(s, r) for s, r in zip(student, reference)))
+
+
+class _Probe(Parts):
+    """The reference wiring, asking at each part's first step whether the student's function answers those inputs
+    as the reference does (the attention also with a dropout module that multiplies the weights by a fixed
+    pattern); the parts that do not are `faulty`."""
+
+    def __init__(self, student):
+        super().__init__(student, ())
+        self.asked, self.faulty = set(), set()
+
+    def _step(self, part, *args):
+        if part not in self.asked:
+            self.asked.add(part)
+            if not self._answers_as_reference(part, args):
+                self.faulty.add(part)
+        return super()._step(part, *args)
+
+    def _answers_as_reference(self, part, args):
+        module, name = PARTS[part]
+        calls = [((), REFERENCE[part](*args))]
+        if part == "attention" and not args[0].is_meta:
+            _, weights = REFERENCE[part](*args)  # (..., L, S)
+            generator = torch.Generator().manual_seed(DROPOUT_PATTERN_SEED)
+            pattern = (torch.rand(weights.shape, generator=generator) < 0.5).to(weights) * 2.0  # weights' device
+            dropped = REFERENCE[part](*args, dropout=lambda w: w * pattern)
+            calls.append(((("dropout", {"__pattern_dropout__": pattern}),), dropped))
+        for kwargs, expected in calls:
+            try:
+                got, _ = self.student.call(module, name, *args, **dict(kwargs))
+            except StudentError:
+                return False
+            if not _same(got, expected):
+                return False
+        return True
+
+
+def faulty_parts(remote, x) -> list[str]:
+    """The student's parts that `remote`'s module may call whose answers to the inputs the reference wiring gives
+    them for `x` (with the module's own weights) are not the reference's: another value, dtype, shape or order,
+    an error, or (attention) a dropout module applied otherwise than to the weights; [] when none is, or the
+    wiring cannot be made. Asked once per module (`remote.faulty_parts`): a check that runs it on several inputs
+    stands in for the same parts each time."""
+    name = getattr(remote, "name", None)
+    if name not in USED_BY:
+        return []
+    if getattr(remote, "faulty_parts", None) is None:
+        remote.faulty_parts = _faulty_parts(remote, x)
+    return remote.faulty_parts
+
+
+def _faulty_parts(remote, x):
+    wiring = _student_wiring(remote, x.dtype)
+    if wiring is None:
+        return []
+    run, _ = wiring
+    probe = _Probe(remote.sandbox)
+    try:
+        with torch.no_grad():
+            run(x, probe)
+    except (KeyError, RuntimeError, ValueError, TypeError):
+        return []
+    return [p for p in USED_BY[remote.name] if p in probe.faulty]
+
+
+def with_working_parts(remote, x, call, output=lambda value: value):
+    """`call(target, stand_ins)` (as for with_stand_ins) with the smallest set of the student's faulty parts stood
+    in for that makes it run, and give the reference's output where one does; (its value, those parts, whether
+    `output(value)` is the reference wiring's output for `x`), or None when no set of them makes it run (or none is
+    faulty)."""
+    faulty = faulty_parts(remote, x)
+    wiring = _student_wiring(remote, x.dtype) if faulty else None
+    if wiring is None:
+        return None
+    try:
+        with torch.no_grad():
+            reference = wiring[0](x, Parts(remote.sandbox, ()))
+    except (KeyError, RuntimeError, ValueError, TypeError):
+        return None
+    ran = None
+    for size in range(1, len(faulty) + 1):
+        for parts in itertools.combinations(faulty, size):
+            again = with_stand_ins(remote, x, list(parts), call)
+            if again is None:
+                continue
+            right = _close(output(again[0]), reference)
+            if right:
+                return again[0], list(parts), True
+            ran = ran or (again[0], list(parts), False)
+    return ran
+
+
+def right_given_working_parts(remote, x):
+    """The student's faulty parts given working versions of which (stood in for) the module gives the reference's
+    output for `x`, or None: the evidence that the module is right by itself and its failure is theirs alone."""
+    again = with_working_parts(remote, x, lambda target, stand_ins: target(x, stand_ins=stand_ins)[0])
+    return again[1] if again is not None and again[2] else None
+
+
+def stand_in_faulty(remote, x, call):
+    """`call(target, stand_ins)` once more after the forward of `remote` on `x` raised with the student's parts,
+    with the faulty ones stood in for (with_working_parts: the output of `call` is (value, args after)); (its value,
+    the note, those parts), or None when none is faulty or standing in for them does not make it run."""
+    again = with_working_parts(remote, x, call, output=lambda value: value[0] if value else None)
+    return None if again is None else (again[0], note_unusable(remote.name, again[1]), again[1])
+
+
+def stand_in_dropout(remote, x, call):
+    """`call(target, stand_ins)` with the student's attention stood in for, when its dropout is wrong (faulty_parts
+    asks it with a dropout module of a fixed pattern): the stand-in applies the module's own dropout module to the
+    reference's weights (autograder/sandbox/standin.py), so a training-mode forward is graded given an attention
+    that drops the weights; its value, or None when the attention is right, or the stand-in does not help."""
+    if "attention" not in faulty_parts(remote, x):
+        return None
+    again = with_stand_ins(remote, x, ["attention"], call)
+    return None if again is None else again[0]
+
+
+def _it(parts):
+    return "it" if len(parts) == 1 else "them"
+
+
+def _they(parts):
+    return "it" if len(parts) == 1 else "they"
+
+
+def _functions(parts):
+    return " and ".join(PARTS[p][1] for p in parts)
+
+
+def _modules(parts):
+    return " and ".join(sorted({PARTS[p][0] for p in parts}))
+
+
+def note_unusable(name, parts) -> str:
+    """What the report says of a check graded with stand-ins for `parts`, whose answers the module could not use."""
+    return (f"Your {name} raised with what your {describe(parts)} returned, and runs with the grader standing in "
+            f"for {_it(parts)} (answering the inputs {_they(parts)} should get): graded as if {_functions(parts)} "
+            f"worked; that fault costs points in the {_modules(parts)} checks only.")
+
+
+def note_dropout(name) -> str:
+    """What the report says of a dropout check passed given an attention whose dropout works."""
+    return (f"Your {name} applies dropout right given a working scaled_dot_product_attention (attention.py): run "
+            "again in training mode with the grader standing in for it (the reference's weights, dropped by your "
+            "module's own dropout), its dropout acts on the attention weights; the fault of your "
+            "scaled_dot_product_attention's dropout costs points in the attention checks only.")

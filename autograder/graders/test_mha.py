@@ -71,14 +71,17 @@ def missing_parameter_cause(remote, exc):
 
 
 def run(remote, x, **kw):
-    """remote(x, **kw): (value, args after); when the module crashes inside one of the student's parts, the
-    same forward with a stand-in for that part, and a note (graders/blame.py: charged once, in the part's
-    module). `remote.stood_in` then names the part."""
+    """remote(x, **kw): (value, args after); when the module crashes inside one of the student's parts, or
+    raises with what one of them returns (a float mask that it inverts with ~, say), the same forward with a
+    stand-in for that part, and a note (graders/blame.py: charged once, in the part's module). `remote.stood_in`
+    then names the part."""
     try:
         return remote(x, **kw)
     except StudentError as exc:
-        again = blame.stand_in_forward(remote, x, exc,
-                                       lambda target, stand_ins: target(x, stand_ins=stand_ins, **kw))
+        def call(target, stand_ins):
+            return target(x, stand_ins=stand_ins, **kw)
+
+        again = blame.stand_in_forward(remote, x, exc, call) or blame.stand_in_faulty(remote, x, call)
         if again is None:
             checks.raise_with_hint(exc, raised_like_wiring(remote, x))
         value, note, remote.stood_in = again
@@ -112,8 +115,8 @@ def unless_inherited(remote, x, got, failure, also=None, otherwise=None):
     naming the part to blame (graded in its own module, once). The failure names the likely bug when `got`
     is what a usual mistake in the module's own wiring gives (autograder.grade.diagnose), or one of `also`;
     when none is, what `otherwise()` says (None: nothing)."""
-    parts = blame.inherited_from(remote.sandbox, remote, x, got)
-    if parts is None or not blame.confirmed(remote, x, parts):
+    parts = inherited(remote, x, got)
+    if parts is None:
         bug = likely_bug(remote, x, got, also)
         if not bug and otherwise:
             try:
@@ -121,8 +124,35 @@ def unless_inherited(remote, x, got, failure, also=None, otherwise=None):
             except StudentError:
                 pass
         raise AssertionError(str(failure) + bug) from None
-    checks.note(blame.note(remote, parts))
     return parts
+
+
+def inherited(remote, x, got):
+    """The student's parts whose fault explains `got`, the wrong output of `remote` for `x`, with a note that
+    names them; None when the module has a fault of its own. Explained: `got` is what the reference wiring gives
+    with some of the student's parts, and the module gives the reference's output given working ones
+    (blame.inherited_from, blame.confirmed); or no composition gives `got` (the module cannot use what a part
+    returns: another dtype, another order), but the module, run again with the student's faulty parts stood in
+    for, gives the reference's output (blame.right_given_working_parts)."""
+    parts = blame.inherited_from(remote.sandbox, remote, x, got)
+    if parts is not None and blame.confirmed(remote, x, parts):
+        checks.note(blame.note(remote, parts))
+        return parts
+    parts = blame.right_given_working_parts(remote, x)
+    if parts is not None:
+        checks.note(blame.note(remote, parts))
+    return parts
+
+
+def expect_shape(remote, x, got, expected, what):
+    """checks.shape(got, expected, what) of `got`, the output of `remote` for `x`; a wrong shape that a fault of
+    the student's parts explains (inherited) passes with a note, and returns None."""
+    try:
+        return checks.shape(got, expected, what)
+    except AssertionError:
+        if not isinstance(got, torch.Tensor) or inherited(remote, x, got) is None:
+            raise
+        return None
 
 
 def num_heads_of(remote):
@@ -218,6 +248,14 @@ def check_dropout_on_weights(remote, reference, d_in, block, what, p=0.5):
     else (on the context after weights @ V, on V, on the output) drops
     features one by one; before the softmax (on the scores, q or k) it cannot
     change a weight of 1 at all.
+
+    A module that passes its dropout module to the student's own
+    scaled_dot_product_attention inherits that function's dropout: when the
+    function applies it wrongly (charged in the attention checks), the
+    training-mode forward runs again with a stand-in for it that drops the
+    reference's weights with the module's own dropout module
+    (blame.stand_in_dropout), and the module passes when its dropout is then
+    on the weights.
     """
     x = randn(8, 5, d_in, seed=31)  # (B, T, d_in)
     with torch.no_grad():
@@ -230,12 +268,32 @@ def check_dropout_on_weights(remote, reference, d_in, block, what, p=0.5):
         return  # a stand-in for a part that crashes answers the eval-mode inputs only: no evidence here (the note)
     got, _ = forward(remote, x, train=True, seed=5)
     got = checks.shape(got, tuple(reference(x).shape), f"{what} output in training mode")
-    heads = got[:, 0].reshape(x.shape[0], -1, block)  # (B, heads, block) at token 0
+    why = dropped_on_weights(got, v0, block, p)
+    if why is None:
+        return
+    # the student's attention applies its dropout wrongly? Then the module's own dropout is judged given one that
+    # drops the weights (the reference's weights, the module's own dropout module)
+    again = blame.stand_in_dropout(remote, x, lambda target, stand_ins: target(x, train=True, seed=5,
+                                                                              stand_ins=stand_ins)[0])
+    if (isinstance(again, torch.Tensor) and again.shape == got.shape
+            and dropped_on_weights(again, v0, block, p) is None):
+        checks.note(blame.note_dropout(remote.name))
+        return
+    raise AssertionError(
+        f"{what} with dropout={p}, in training mode, should apply dropout to the attention weights: token 0 attends only "
+        f"to itself (weight 1), so each head's output there must be either all 0 (weight dropped) or all "
+        f"v0 / (1 - p) = 2 * v0 (weight kept); {why}")
+
+
+def dropped_on_weights(got, v0, block, p):
+    """None when `got` (B, T, features), a training-mode output, is what dropout on the attention weights gives at
+    token 0 (each head's block all 0 or all v0 / (1 - p), some of each); otherwise what was found, and why."""
+    heads = got[:, 0].reshape(got.shape[0], -1, block)  # (B, heads, block) at token 0
     full = v0.reshape(heads.shape) / (1 - p)  # (B, heads, block)
     dropped = (heads.abs() <= 1e-6).all(-1)  # (B, heads)
     kept = torch.isclose(heads, full, rtol=1e-4, atol=1e-5).all(-1)  # (B, heads)
     if (dropped | kept).all() and dropped.any() and kept.any():
-        return
+        return None
     n = dropped.numel()
     found = f"{int(dropped.sum())} head outputs of {n} all 0, {int(kept.sum())} all v0 / (1 - p)"
     elementwise = ((heads.abs() <= 1e-6) | torch.isclose(heads, full, rtol=1e-4, atol=1e-5)).all()
@@ -248,18 +306,17 @@ def check_dropout_on_weights(remote, reference, d_in, block, what, p=0.5):
     else:
         why = ("the outputs are neither dropped nor kept whole, so the weight of 1 itself changed: dropout seems to "
                "act before the softmax (on the scores); apply it to the softmax's output")
-    raise AssertionError(
-        f"{what} with dropout={p}, in training mode, should apply dropout to the attention weights: token 0 attends only "
-        f"to itself (weight 1), so each head's output there must be either all 0 (weight dropped) or all "
-        f"v0 / (1 - p) = 2 * v0 (weight kept); found {found}: {why}")
+    return f"found {found}: {why}"
 
 
 def check_meta(remote, d_in, d_out, what):
     remote.to(device="meta")
     hint = left_behind(remote, "meta")
-    out, _ = checks.with_hint(lambda: run(remote, randn(2, 5, d_in).to("meta")), on_device_error(hint))
-    out = checks.shape(out, (2, 5, d_out), f"{what} output on meta")
-    checks.device(out, "meta", f"{what} output", hint)
+    x = randn(2, 5, d_in).to("meta")
+    out, _ = checks.with_hint(lambda: run(remote, x), on_device_error(hint))
+    out = expect_shape(remote, x, out, (2, 5, d_out), f"{what} output on meta")
+    if out is not None:
+        checks.device(out, "meta", f"{what} output", hint)
 
 
 def left_behind(remote, device):
@@ -292,10 +349,15 @@ def check_device(student, device):
         remote, reference = build(student, name, *args)
         remote.to(device=device)
         hint = left_behind(remote, device)
-        out, _ = checks.with_hint(lambda: run(remote, x.to(device)), on_device_error(hint))
-        with torch.no_grad():
-            checks.close(checks.device(out, device, f"{name} output", hint).cpu(), reference(x),
-                         f"{name} output on {device}")
+        moved = x.to(device)
+        out, _ = checks.with_hint(lambda: run(remote, moved), on_device_error(hint))
+        out = checks.device(out, device, f"{name} output", hint)
+        try:
+            with torch.no_grad():
+                checks.close(out.cpu(), reference(x), f"{name} output on {device}")
+        except AssertionError:
+            if inherited(remote, moved, out) is None:  # a fault of the student's parts is charged in their checks
+                raise
 
 
 # -- CausalAttention ------------------------------------------------------------
@@ -305,8 +367,9 @@ def check_device(student, device):
 def test_causal_attention_shape(student):
     """CausalAttention: (B, T, d_in) -> (B, T, d_out), also for T < context_length"""
     remote, _ = build(student, "CausalAttention", 3, 4, 8)
-    out, _ = forward(remote, randn(2, 5, 3))
-    checks.shape(out, (2, 5, 4), "CausalAttention(3, 4, 8) output for x (2, 5, 3)")
+    x = randn(2, 5, 3)
+    out, _ = forward(remote, x)
+    expect_shape(remote, x, out, (2, 5, 4), "CausalAttention(3, 4, 8) output for x (2, 5, 3)")
 
 
 @points(1, "structure")
@@ -355,8 +418,10 @@ def test_causal_attention_meta(student):
 def test_stacked_shape(student):
     """StackedMultiHeadAttention: (B, T, d_in) -> (B, T, num_heads * d_out)"""
     remote, _ = build(student, "StackedMultiHeadAttention", 3, 2, 6, 0.0, 3)
-    out, _ = forward(remote, randn(2, 5, 3))
-    checks.shape(out, (2, 5, 6), "StackedMultiHeadAttention(3, 2, 6, 0.0, 3) output for x (2, 5, 3)")
+    x = randn(2, 5, 3)
+    out, _ = forward(remote, x)
+    expect_shape(remote, x, out, (2, 5, 6),
+                 "StackedMultiHeadAttention(3, 2, 6, 0.0, 3) output for x (2, 5, 3)")
 
 
 @points(2, "worked-example")
@@ -369,7 +434,9 @@ def test_stacked_worked_example_seed_004(student):
     load(remote, params)
     batch = torch.stack((SEED_004_INPUTS, SEED_004_INPUTS))  # (2, 6, 3)
     out, _ = forward(remote, batch)
-    out = checks.shape(out, (2, 6, 4), "the stacked output of 《多头注意力：堆叠与权重分割》")
+    out = expect_shape(remote, batch, out, (2, 6, 4), "the stacked output of 《多头注意力：堆叠与权重分割》")
+    if out is None:
+        return  # a wrong shape inherited from the student's parts (the note)
     for b in range(2):
         if not torch.allclose(out[b], SEED_004_STACKED, atol=1e-4, rtol=0):
             failure = AssertionError(f"《多头注意力：堆叠与权重分割》 (stacked): expected rows "
@@ -412,8 +479,9 @@ def test_stacked_meta(student):
 def test_fused_shape(student):
     """MultiHeadAttention: (B, T, d_in) -> (B, T, d_out)"""
     remote, _ = build(student, "MultiHeadAttention", 3, 6, 8, 0.0, 3)
-    out, _ = forward(remote, randn(2, 5, 3))
-    checks.shape(out, (2, 5, 6), "MultiHeadAttention(3, 6, 8, 0.0, 3) output for x (2, 5, 3)")
+    x = randn(2, 5, 3)
+    out, _ = forward(remote, x)
+    expect_shape(remote, x, out, (2, 5, 6), "MultiHeadAttention(3, 6, 8, 0.0, 3) output for x (2, 5, 3)")
 
 
 @points(2, "structure")
@@ -431,7 +499,9 @@ def test_fused_worked_example_seed_004(student):
     remote = new(student, "MultiHeadAttention", 3, 4, 6, 0.0, 2, seed=123)
     batch = torch.stack((SEED_004_INPUTS, SEED_004_INPUTS))  # (2, 6, 3)
     out, _ = forward(remote, batch)
-    out = checks.shape(out, (2, 6, 4), "the fused output of 《多头注意力：堆叠与权重分割》")
+    out = expect_shape(remote, batch, out, (2, 6, 4), "the fused output of 《多头注意力：堆叠与权重分割》")
+    if out is None:
+        return  # a wrong shape inherited from the student's parts (the note)
     for b in range(2):
         if not torch.allclose(out[b], SEED_004_FUSED, atol=1e-4, rtol=0):
             failure = AssertionError(

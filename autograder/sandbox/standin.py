@@ -18,6 +18,15 @@ learns nothing from it. An input that is not one of those (another wiring, a
 different rounding) gets an error, and the check is graded as without the
 stand-in.
 
+The same stand-ins grade a module whose part answers what the module cannot
+use (a float mask that it inverts with ~, an attention that returns
+(weights, output)), and the dropout of a module whose attention applies its
+dropout module wrongly: given a dropout module, the stand-in for
+scaled_dot_product_attention applies it to the reference's weights, as the
+contract says, and returns (dropped weights @ value, dropped weights). Those
+weights are the answer's own, which the caller gets anyway, and the dropout
+module and its random draws are the caller's.
+
 A public stand-in is the other kind, for timing (autograder/grade/timing.py): a
 module whose own part crashes is timed with that part replaced by the operation
 the contract asks of it (PUBLIC: a transpose and a reshape, a `tril`, the
@@ -173,6 +182,21 @@ def seal(function, args, kwargs, outputs) -> dict:
             "meta": meta, "many": many}
 
 
+def _dropped(function, bound, out):
+    """The attention's answer (output, weights) with the caller's dropout module applied to the weights, as the
+    contract says, when it changes them (training mode): (dropout(weights) @ value, dropout(weights)). The weights
+    are those of the answer, which the caller gets anyway; the dropout module is the caller's own, and its random
+    draws too."""
+    dropout = bound.get("dropout") if function == ("attention", "scaled_dot_product_attention") else None
+    if not callable(dropout) or len(out) != 2:
+        return out
+    _, weights = out
+    dropped = dropout(weights)
+    if dropped is weights:
+        return out
+    return dropped @ bound["value"], dropped
+
+
 def answer(function, answers, args, kwargs):
     """What the stand-in for `function` returns for this call: the answer sealed with exactly these arguments,
     on the device of its first tensor argument (or its `device`); NoAnswer when it has none."""
@@ -198,5 +222,5 @@ def answer(function, answers, args, kwargs):
             offset += size
             t = t.view(dtype).reshape(shape)
             out.append(t.to(device) if device is not None else t)
-        return tuple(out) if a["many"] else out[0]
+        return _dropped(function, bound, tuple(out)) if a["many"] else out[0]
     raise NoAnswer(f"{function[1]} got an input that the reference wiring does not give it")
