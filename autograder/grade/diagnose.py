@@ -31,6 +31,8 @@ UNSQUEEZED_MASK = ("the mask broadcast over the wrong dimension: mask.unsqueeze(
                    "mask between heads) inside scaled_dot_product_attention, whose mask already broadcasts to "
                    "(..., L, S)")
 DROPOUT_ON_OUTPUT = "dropout applied to the output (weights @ value) instead of to the attention weights"
+# scaled_dot_product_attention's pair in the wrong order: named from its values, or from its shapes where they differ
+SWAPPED_RETURNS = "you return (weights, output); the contract's order is (output, weights)"
 # The seed's -1e9 fill on float16 scores: masked_fill raises, as float16 holds nothing beyond 65504 in magnitude.
 HALF_FILL = ("the blocked scores filled with a number float16 cannot hold, such as -1e9 (《PyTorch快餐教程(5)》's): "
              "float16's largest is 65504, so masked_fill raises; fill them with float('-inf'), or "
@@ -104,7 +106,7 @@ def attention_variants(q, k, v, mask=None):
             _attention(q, k, v, mask, scale=1 / math.sqrt(d_v))
     out[SCALED_AFTER_SOFTMAX.replace("{w}", "d_k")] = _attention(q, k, v, mask, scale_after=True)
     output, weights = _attention(q, k, v, mask)
-    out["you return (weights, output); the contract's order is (output, weights)"] = (weights, output)
+    out[SWAPPED_RETURNS] = (weights, output)
     out[WEIGHTS_TIMES_KEY] = _attention(q, k, v, mask, values="key")
     if mask is None:
         return out

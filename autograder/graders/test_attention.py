@@ -36,7 +36,17 @@ def run(student, q, k, v, *, hint=None, capture_args=False, **kwargs):
     value, after = checks.with_hint(
         lambda: student.call("attention", FN, q, k, v, capture_args=capture_args, **kwargs),
         lambda error: (hint and hint(error)) or mistake(error))
-    return after if capture_args else checks.pair(value, f"{FN}(...)")
+    if capture_args:
+        return after
+    out, weights = checks.pair(value, f"{FN}(...)")
+    # (..., L, d_v) and (..., L, S): a pair in the wrong order is told by its shapes alone, on any device and
+    # whatever its values, so every check that meets it names it (one cause) instead of each a shape of its own
+    want_out, want_weights = (*q.shape[:-1], v.size(-1)), (*q.shape[:-1], k.size(-2))
+    if want_out != want_weights and (tuple(out.shape), tuple(weights.shape)) == (want_weights, want_out):
+        raise AssertionError(f"{FN}(...) returned tensors of shapes {tuple(out.shape)} and {tuple(weights.shape)}: "
+                             f"expected output {want_out} first, then weights {want_weights}"
+                             + checks.likely_name(diagnose.SWAPPED_RETURNS))
+    return out, weights
 
 
 def outputs_given(variants, weights):

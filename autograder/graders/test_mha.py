@@ -675,13 +675,20 @@ def speedup_measurement(student, record_property):
     reference's outputs or, if not, show the work of attention (timing.work_skipped, read from the outputs in
     this process). A module that crashes inside the student's own part is timed with a public stand-in for that
     part (the operation the contract asks of it, no answer of the grader's), the rest of the timed code its own."""
-    stood_in, crashes = [], []
+    stood_in, crashes, unusables = [], [], []
     while True:
         try:
             result, parts = timing.grade_speedup(student, stand_ins=stood_in), None
             break
         except StudentError as exc:
             crashed = blame.crashed_part(exc, "mha", "MultiHeadAttention")
+            # a part whose answer the module cannot use (a float mask that the attention inverts with ~, an attention
+            # that returns (weights, output)) is the fault, wherever the module then raised: stand in for it
+            unusable = [p for p in unusable_parts(student) if p not in stood_in]
+            if unusable and (crashed is None or crashed[0] not in unusable):
+                stood_in += unusable
+                unusables += unusable
+                continue
             if crashed is not None and crashed[0] not in stood_in:
                 stood_in.append(crashed[0])
                 crashes.append(crashed)
@@ -706,6 +713,8 @@ def speedup_measurement(student, record_property):
         checks.note(f"Your MultiHeadAttention crashed inside your {function} ({module}.py, line {line}): timed "
                     f"with a public stand-in for {function} ({PUBLIC_STAND_IN[part]}) in its place, the rest of the "
                     f"timed code your own; that fault costs points in the {module} checks only.")
+    if unusables:  # timed with public stand-ins; the note of the value checks, which stood in for the same parts
+        checks.note(blame.note_unusable("MultiHeadAttention", unusables))
     if not result.verified and not result.worked:
         assert parts, f"{SKIPPED}: {result.skipped}. {SKIPPED_WHY}" + mismatch_cause(result)
         checks.note(blame.note(result.module[0], parts))
@@ -713,6 +722,17 @@ def speedup_measurement(student, record_property):
         f"not timed: in every one of the {result.rounds} rounds, processes of your submission used the CPU while "
         f"the reference modules were timed (they must be idle then; {'; '.join(result.details[:2])})")
     return result
+
+
+def unusable_parts(student):
+    """The student's parts that answer the reference wiring of a small MultiHeadAttention (d_in 8, d_out 16, two
+    heads, 6 tokens) otherwise than the reference (blame.faulty_parts), or [] when the module cannot be built."""
+    try:
+        remote = new(student, "MultiHeadAttention", 8, 16, 6, 0.0, 2)
+    except StudentError:
+        return []
+    manual_seed(0)
+    return blame.faulty_parts(remote, torch.randn(2, 6, 8))
 
 
 def mismatch_cause(result):
