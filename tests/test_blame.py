@@ -120,14 +120,15 @@ def test_a_faulty_part_costs_points_in_its_own_module_only(tmp_path, part, warm_
 
 
 def test_speed_is_graded_for_an_mha_that_inherits_a_fault(tmp_path, warm_servers):
-    """The timed passes of an MHA with a faulty attention are checked against the wiring with that part."""
+    """An MHA with a faulty attention keeps its speed points: speed checks judge speed (issue 48), and its timed
+    passes show the work of attention whatever their values."""
     report = grade(composed_submission(tmp_path / "timed", bug="attention"), call_timeout=10.0,
                    select="faster_than or close_to_reference or grow_with_heads", servers=warm_servers)
     speed = {t.id: t for t in report.tests}
     assert set(speed) == {"test_fused_time_does_not_grow_with_heads", "test_fused_faster_than_reference_stacked",
                           "test_fused_close_to_reference_fused"}
     for t in speed.values():
-        assert t.status == "passed" and "attention.py" in t.message, (t.id, t.status, t.message[:300])
+        assert t.status == "passed", (t.id, t.status, t.message[:300])
 
 
 def test_an_excused_mha_is_timed_over_rounds_as_a_correct_one_not_by_its_first_round(tmp_path, warm_servers):
@@ -141,7 +142,7 @@ def test_an_excused_mha_is_timed_over_rounds_as_a_correct_one_not_by_its_first_r
     assert set(speed) == {"test_fused_time_does_not_grow_with_heads", "test_fused_faster_than_reference_stacked",
                           "test_fused_close_to_reference_fused"}
     for t in speed.values():
-        assert t.status == "passed" and "attention.py" in t.message, (t.id, t.status, t.message[:300])
+        assert t.status == "passed", (t.id, t.status, t.message[:300])
         assert t.data["timing"]["rounds"] > 1, f"expected more than the first round timed, got {t.data['timing']}"
 
 

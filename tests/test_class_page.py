@@ -121,7 +121,7 @@ def test_every_check_adds_up_to_the_class(graded):
     by_check = {}
     for r in section(graded["out"], "check"):
         by_check.setdefault((r["module"], r["item"]), {})[r["outcome"]] = int(r["count"])
-    assert len(by_check) == 63, f"expected the kit's 63 checks, got {len(by_check)}"
+    assert len(by_check) == 65, f"expected the kit's 65 checks, got {len(by_check)}"
     wrong = {check: got for check, got in by_check.items()
              if sorted(got) != sorted(classpage.OUTCOMES) or sum(got.values()) != 7}
     assert not wrong, f"expected each check's four outcomes to add up to the 7 submissions, got {wrong}"

@@ -181,7 +181,7 @@ def close(got, expected, what, *, atol=None, rtol=None, variants=None):
         where = f" at index {list(index)}" if index else ""
         raise AssertionError(f"{what}: expected {_fmt(e)}{where}, got {_fmt(g)} "
                              f"({count} of {got.numel()} entries differ)"
-                             + likely_bug(got, variants, expected, atol=max(atol, 1e-4)))
+                             + likely_bug(got, variants, expected, atol=max(atol or 0.0, 1e-4)))
     return got
 
 
