@@ -675,7 +675,7 @@ def speedup_measurement(student, record_property):
     reference's outputs or, if not, show the work of attention (timing.work_skipped, read from the outputs in
     this process). A module that crashes inside the student's own part is timed with a public stand-in for that
     part (the operation the contract asks of it, no answer of the grader's), the rest of the timed code its own."""
-    stood_in, crashes, unusables = [], [], []
+    stood_in, crashes, faulty = [], [], None
     while True:
         try:
             result, parts = timing.grade_speedup(student, stand_ins=stood_in), None
@@ -684,10 +684,11 @@ def speedup_measurement(student, record_property):
             crashed = blame.crashed_part(exc, "mha", "MultiHeadAttention")
             # a part whose answer the module cannot use (a float mask that the attention inverts with ~, an attention
             # that returns (weights, output)) is the fault, wherever the module then raised: stand in for it
-            unusable = [p for p in unusable_parts(student) if p not in stood_in]
+            if faulty is None:  # asked once: what the student's parts answer does not change between tries
+                faulty = unusable_parts(student)
+            unusable = [p for p in faulty if p not in stood_in]
             if unusable and (crashed is None or crashed[0] not in unusable):
                 stood_in += unusable
-                unusables += unusable
                 continue
             if crashed is not None and crashed[0] not in stood_in:
                 stood_in.append(crashed[0])
@@ -713,6 +714,7 @@ def speedup_measurement(student, record_property):
         checks.note(f"Your MultiHeadAttention crashed inside your {function} ({module}.py, line {line}): timed "
                     f"with a public stand-in for {function} ({PUBLIC_STAND_IN[part]}) in its place, the rest of the "
                     f"timed code your own; that fault costs points in the {module} checks only.")
+    unusables = [p for p in stood_in if p not in {part for part, _ in crashes}]
     if unusables:  # timed with public stand-ins; the note of the value checks, which stood in for the same parts
         checks.note(blame.note_unusable("MultiHeadAttention", unusables))
     if not result.verified and not result.worked:
