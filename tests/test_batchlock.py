@@ -184,17 +184,22 @@ def _wait_until_busy(sandbox):
 
 
 def test_a_call_stopped_by_a_measurement_is_not_charged_the_time_it_was_stopped(batch, tmp_path):
-    # the call needs about 1 s of CPU and may take 2.5 s; the measurement stops it for 3 s in the middle
-    folder = _busy_masks(tmp_path / "sub", "end = time.process_time() + 1.0\n    while time.process_time() < end: pass")
+    # The call needs 0.5 s of CPU and may take 8 s: 16 times its work, a margin the suite's own load (its other
+    # workers, on as few as two cores) cannot use up. The measurement stops it for 9 s in the middle, longer than
+    # the whole timeout: a deadline that counted the stopped time would end it during the stop (by 1 s at least,
+    # which no load can shorten), so the test fails whenever the stopped time is charged.
+    folder = _busy_masks(tmp_path / "sub", "end = time.process_time() + 0.5\n    while time.process_time() < end: pass")
     outcome = {}
-    with Sandbox(folder, call_timeout=2.5) as sandbox:
+    with Sandbox(folder, call_timeout=8.0) as sandbox:
         sandbox.call("masks", "causal_mask", 2)  # started and ready (this call runs the loop too)
         thread = _call_in_thread(sandbox, outcome)
         root = _wait_until_busy(sandbox)
         with batchlock.quiet(None) as freezes:
             assert [f.root for f in freezes] == [root], "expected the call's process tree stopped mid-call"
-            time.sleep(3.0)
+            in_flight = thread.is_alive() and not outcome
+            time.sleep(9.0)
         thread.join()
+    assert in_flight, f"expected the call still in flight when the measurement stopped it, got {outcome}"
     assert "error" not in outcome, f"expected the call to finish: its stopped time is not its own, got {outcome}"
     assert outcome["value"].shape == (3, 3)
 

@@ -67,7 +67,9 @@ def test_os_exit_at_import_costs_bounded_retries(submission):
 
 
 def test_infinite_loop_times_out(submission):
-    with submission(masks="def causal_mask(seq_len, device=None):\n    while True:\n        pass\n") as sb:
+    with submission(masks="def causal_mask(seq_len, device=None):\n    while True:\n        pass\n",
+                    heads="def split_heads(x, h):\n    return x\n") as sb:
+        sb.call("heads", "split_heads", torch.ones(2), 1)  # the process started (torch imported) before the clock
         start = time.monotonic()
         with pytest.raises(StudentError) as err:
             sb.call("masks", "causal_mask", 3)
