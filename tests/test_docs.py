@@ -182,3 +182,98 @@ def test_the_readme_fits_two_screens_and_shows_the_two_commands_ci_runs():
     block = text[text.index("## Quick start"):].split("```bash\n", 1)[1].split("```", 1)[0]
     assert [line.split("#")[0].strip() for line in block.splitlines()] == ["make demo", "make test"]
     assert (ROOT / ".ci" / "run").read_text(encoding="utf-8").rstrip().endswith("\nmake test")
+
+
+# -- the documented commands, run as typed in a fresh shell (issue 49) ----------------------------------------------
+# A new instructor's shell has only the system's PATH: nbgrader, which starts `alembic` by name, failed as the
+# docs typed it although the kit's own test passed (it put the venv on PATH). Each block below is taken from its
+# page, run by bash under `env -i` with PATH=/usr/bin:/bin, and changed only where the page names a place of the
+# reader's: the kit's checkout, its venv (this Python's), the course and the files it writes (a temporary folder).
+VENV = Path(sys.prefix)
+
+
+def _fenced_block(page: str, holding: str) -> str:
+    """The fenced code block of docs/`page` that holds `holding`."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.S | re.M) if holding in b]
+    assert len(blocks) == 1, f"expected one code block of docs/{page} with {holding!r}, found {len(blocks)}"
+    return blocks[0]
+
+
+def _as_typed(script: str, cwd: Path, home: Path) -> subprocess.CompletedProcess:
+    """Run `script` with bash in a fresh, bare environment: nothing on PATH but the system's programs."""
+    home.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["/usr/bin/env", "-i", "PATH=/usr/bin:/bin", f"HOME={home}", "/bin/bash", "-e", "-o",
+                           "pipefail", "-c", script], cwd=cwd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, (f"exit status {proc.returncode} of:\n{script}\n--- its output:\n"
+                                  f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    return proc
+
+
+def _replaced(text: str, *pairs: tuple[str, str]) -> str:
+    for old, new in pairs:
+        assert old in text, f"expected {old!r} in the documented commands:\n{text}"
+        text = text.replace(old, new)
+    return text
+
+
+@pytest.mark.grading
+def test_the_nbgrader_block_as_typed_in_a_bare_shell_leaves_a_complete_gradebook(tmp_path):
+    import csv
+    import sqlite3
+
+    from autograder.release import NOTEBOOKS
+    from tests.test_nbgrader_course import submit
+
+    block = _replaced(_fenced_block("instructor/notebooks.md", "nbgrader generate_assignment"),
+                      ("KIT=/path/to/kit", f"KIT={shlex.quote(str(ROOT))}"), ("$KIT/.venv/", f"{VENV}/"))
+    lines = block.splitlines()
+    prelude = lines[:next(i for i, line in enumerate(lines) if line.startswith("cd course")) + 1]
+    handed_in = next(i for i, line in enumerate(lines) if line.startswith("# ... students submit"))
+    (tmp_path / "course").mkdir()
+    _as_typed("\n".join(lines[:handed_in]), tmp_path, tmp_path / "home")
+    course = tmp_path / "course"
+    solution = {m: (ROOT / "solutions" / f"{m}.py").read_text() for m in NOTEBOOKS}
+    submit(course, "alice", solution.get)  # as a student would: the released notebooks, their code cells done
+    _as_typed("\n".join([*prelude, *lines[handed_in + 1:]]), tmp_path, tmp_path / "home")
+    with sqlite3.connect(course / "gradebook.db") as db:
+        tables = {name for (name,) in db.execute("select name from sqlite_master where type='table'")}
+        assert "alembic_version" in tables, f"expected the gradebook's alembic_version table, got {sorted(tables)}"
+        versions = db.execute("select version_num from alembic_version").fetchall()
+    assert len(versions) == 1 and versions[0][0], f"expected one alembic version in the gradebook, got {versions}"
+    with open(course / "grades.csv") as fh:
+        rows = {row["student_id"]: row for row in csv.DictReader(fh)}
+    assert float(rows["alice"]["score"]) == 100, rows
+
+
+@pytest.mark.grading
+def test_the_gradescope_try_out_block_as_typed_in_a_bare_shell_scores_the_reference_100(tmp_path):
+    import json
+
+    build = _fenced_block("instructor/gradescope.md", "gradescope-zip")
+    trial = _fenced_block("instructor/gradescope.md", "run_autograder")
+    script = _replaced(build + trial, (".venv/bin/python", f"{VENV}/bin/python"),
+                       ("gradescope-autograder.zip", str(tmp_path / "gradescope-autograder.zip")),
+                       ("/tmp/ag", str(tmp_path / "ag")))
+    proc = _as_typed(script, ROOT, tmp_path / "home")
+    results = json.loads((tmp_path / "ag" / "results" / "results.json").read_text())
+    assert results["score"] == 100, proc.stdout[-3000:]
+
+
+@pytest.mark.grading
+def test_the_classroom_commands_as_typed_in_a_bare_shell_write_the_three_reports(tmp_path):
+    import base64
+    import json
+    import xml.etree.ElementTree as ET
+
+    text = (DOCS / "instructor" / "classroom.md").read_text(encoding="utf-8")
+    lines = [line.strip() for line in _code_lines(text) if line.strip().startswith(".venv/bin/python grader_cli.py")]
+    assert len(lines) == 3, lines
+    shutil.copytree(ROOT / "solutions", tmp_path / "sub", ignore=shutil.ignore_patterns("__pycache__"))
+    script = _replaced("\n".join(lines), (".venv/bin/python", f"{VENV}/bin/python"), ("sub/", f"{tmp_path}/sub/"),
+                       ("report.json", str(tmp_path / "report.json")), ("junit.xml", str(tmp_path / "junit.xml")),
+                       ("result.b64", str(tmp_path / "result.b64")))
+    _as_typed(script, ROOT, tmp_path / "home")
+    assert json.loads((tmp_path / "report.json").read_text())["score"] == 100
+    assert ET.parse(tmp_path / "junit.xml").getroot() is not None
+    assert json.loads(base64.b64decode((tmp_path / "result.b64").read_text())), "expected the Classroom result"
