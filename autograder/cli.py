@@ -398,7 +398,8 @@ def _grade_all(folder, output, jobs, force, shard, timeout, options):
         with click.progressbar(length=todo, label="grading", show_pos=True, show_eta=True, file=sys.stderr,
                                item_show_func=lambda row: safe_line(row.id) if row else "") as bar:
             rows = batch.grade_all(folder, output, jobs=jobs, force=force, timeout=timeout,
-                                   progress=lambda row: bar.update(1, row), on_interrupt=stopping,
+                                   progress=lambda row, saved: bar.update(saved - bar.pos, row),
+                                   on_interrupt=stopping,
                                    planned=planned, **options)
     except batch.Interrupted as stop:
         killed = f"; {stop.killed} grading(s) stopped halfway were not recorded" if stop.killed else ""

@@ -10,6 +10,7 @@ import pytest
 import csv
 import os
 import pty
+import re
 import shutil
 import signal
 import sys
@@ -93,6 +94,13 @@ def _wait_for_rows(out, n, term):
         time.sleep(0.1)
 
 
+def _bar_shows(text, size):
+    """The last count the progress bar showed ("3/4") before the run said it was interrupted."""
+    shown = re.findall(rf"\b(\d+)/{size}\b", text.split("Interrupted:")[0])
+    assert shown, f"expected a progress bar counting to {size}, got: {text[-1500:]}"
+    return int(shown[-1])
+
+
 def test_one_ctrl_c_finishes_the_running_grading_saves_all_and_resumes(tmp_path):
     subs, out = _class(tmp_path), tmp_path / "out"
     term = Terminal("grade-all", str(subs), "--output", str(out), "--jobs", "1")
@@ -106,6 +114,8 @@ def test_one_ctrl_c_finishes_the_running_grading_saves_all_and_resumes(tmp_path)
     assert 1 <= len(book) < CLASS_SIZE, f"expected the finished gradings only, got {sorted(book)}"
     assert all(r["total"] == "100" and r["status"] == "graded" for r in book.values()), book
     assert f"{CLASS_SIZE - len(book)} submission(s) not graded" in text, text[-1500:]
+    assert f"Interrupted: {len(book)} rows saved" in text, text[-1500:]
+    assert _bar_shows(text, CLASS_SIZE) == len(book), f"expected the bar to count the {len(book)} rows saved: {text}"
 
     again = Terminal("grade-all", str(subs), "--output", str(out), "--jobs", "1")
     assert again.wait() == 0, again.text()[-1500:]
@@ -138,5 +148,7 @@ def test_a_second_ctrl_c_stops_at_once_and_records_nothing_it_stopped(tmp_path):
     stopped = [name for name in os.listdir(out) if (out / name).is_dir() and name not in book]
     assert not stopped, f"expected no files of a stopped grading, found folders {stopped}"
     assert set(before) <= set(book), (before, book)
+    assert f"Interrupted: {len(book)} rows saved" in text, text[-1500:]
+    assert _bar_shows(text, CLASS_SIZE + 1) == len(book), f"expected the bar to count the {len(book)} rows saved: {text}"
     if len(book) < CLASS_SIZE:
         assert "Run the same command again" in text, text[-1500:]

@@ -468,7 +468,8 @@ def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool =
     Submissions already in OUT/gradebook.csv with status "graded" and the
     same fingerprint (content, kit, limits) are skipped unless `force`;
     those that timed out, could not be graded or changed are graded again.
-    `progress(row)` is called after each graded submission. With `warm` (the
+    `progress(row, saved)` is called after each graded submission, once its row is in the gradebook: `saved`,
+    the rows this run has saved so far (what a progress bar shows, so that it never counts a row not saved). With `warm` (the
     default), two fork servers import torch once for the whole run, started by
     its first grading that runs graders (autograder.grade.engine.LazyServers: a
     run whose submissions are all refused at intake starts none); where they
@@ -503,11 +504,13 @@ def _grade_all(folder, out, *, jobs, force, timeout, call_timeout, progress, war
         if row is None or row.id in finished:  # None: stopped halfway, nothing written
             return
         row.fingerprint = prints.get(row.id, "")
+        # saved first, counted after: a Ctrl-C in between leaves a row saved and uncounted (the final write of an
+        # interrupted run takes it out again), never one counted and unsaved
+        write_gradebook(out, {**rows, row_key(row.id): row})
         rows[row_key(row.id)] = row
         finished.add(row.id)
-        write_gradebook(out, rows)
         if progress:
-            progress(row)
+            progress(row, len(finished))
 
     with ExitStack() as stack:
         stack.enter_context(_batch_folder())  # speed checks one at a time, neighbours stopped (batchlock)
@@ -543,6 +546,7 @@ def _grade_all(folder, out, *, jobs, force, timeout, call_timeout, progress, war
                     if future.done() and not future.cancelled() and future.exception() is None:
                         record(future)
                 killed = len(todo) - len(finished) - sum(1 for f in futures if f.cancelled())
+            write_gradebook(out, rows)  # the gradebook holds the rows counted, no more (a Ctrl-C mid-record)
             raise Interrupted(rows, len(todo) - len(finished), max(killed, 0)) from None
     if not todo:
         write_gradebook(out, rows)
