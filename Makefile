@@ -13,7 +13,10 @@ PYTHONS := $(shell sed -n 's/^requires-python = ">=\([0-9.]*\),<\([0-9.]*\)".*/\
 # NVIDIA GPU (/dev/nvidia0, or `nvidia-smi -L` answers), cpu everywhere else. With the CUDA build (the kit's torch,
 # Linux x86_64) the set-up downloads about 3 GB and the venv is 5.1 GB; with the CPU build, 0.2 GB of torch and 1.4 GB.
 TORCH_BUILD ?= auto
-BUILD := $(if $(filter auto,$(TORCH_BUILD)),$(if $(shell { test -e /dev/nvidia0 || nvidia-smi -L; } >/dev/null 2>&1 && echo gpu),cuda,cpu),$(TORCH_BUILD))
+GPU_HERE := $(if $(filter auto,$(TORCH_BUILD)),$(shell { test -e /dev/nvidia0 || nvidia-smi -L; } >/dev/null 2>&1 && echo gpu))
+BUILD := $(if $(filter auto,$(TORCH_BUILD)),$(if $(GPU_HERE),cuda,cpu),$(TORCH_BUILD))
+# why that build, as the set-up's last line says it
+BUILD_WHY := $(if $(filter auto,$(TORCH_BUILD)),$(if $(GPU_HERE),this machine has an NVIDIA GPU,this machine has no NVIDIA GPU) (TORCH_BUILD=auto; TORCH_BUILD=$(if $(GPU_HERE),cpu,cuda) for the other),TORCH_BUILD=$(TORCH_BUILD) was asked for)
 ifeq ($(filter cpu cuda,$(BUILD)),)
   $(error TORCH_BUILD=$(TORCH_BUILD): cpu, cuda or auto)
 endif
@@ -28,6 +31,11 @@ TORCH_INDEX ?= $(if $(filter cpu,$(BUILD)),$(CPU_INDEX))
 
 STAMP  := $(VENV)/.installed-$(subst =,-,$(TORCH))-$(BUILD)
 LOG    := $(VENV)/setup.log
+# where torch came from, written by the step that installed it and read by the set-up's last line
+SOURCE := $(VENV)/.torch-source
+# The venv's own pip, upgraded to this release first: Debian 12's python3 -m venv gives pip 23.0.1, which cannot
+# resolve for another Python (--python-version: tests/test_setup.py skipped its five lock checks for it)
+PIP_VERSION ?= 26.2.1
 
 # The kit's own tests run in parallel, one pytest-xdist worker per core (at most 4): gradings wait on
 # student processes much of the time. TESTFLAGS= runs them in one process.
@@ -56,24 +64,31 @@ pip = $(PY) -m pip --disable-pip-version-check $(1) >>$(LOG) 2>&1 || $(PIP_FAILE
 
 # The CPU build from pip's configured sources, offline: find-links (a local wheel store) holding the +cpu wheel
 TORCH_FROM_STORE = $(PY) -m pip --disable-pip-version-check install --no-deps --no-index "$(TORCH)+cpu" >>$(LOG) 2>&1 \
-  && echo "make setup: torch: the CPU build from pip's configured sources (find-links), offline"
+  && echo "pip's configured sources (find-links), offline" > $(SOURCE)
 # torch from TORCH_INDEX, once a request to it (5 s at most) shows that it can be reached; else a note, and pip's own sources
 TORCH_FROM_INDEX = if $(PY) -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' "$(TORCH_INDEX)/torch/" 2>/dev/null; then \
-    echo "make setup: torch from $(TORCH_INDEX)"; $(call pip,install --no-deps "$(TORCH)" --index-url "$(TORCH_INDEX)"); \
+    echo "$(TORCH_INDEX)" > $(SOURCE); $(call pip,install --no-deps "$(TORCH)" --index-url "$(TORCH_INDEX)"); \
   else echo "make setup: note: $(TORCH_INDEX) cannot be reached from here$(NO_STORE_BUILD): torch comes from pip's own sources$(CUDA_SIZE)." \
-    "Another source: make setup TORCH_INDEX=URL" >&2; fi
+    "Another source: make setup TORCH_INDEX=URL" >&2; echo "pip's own sources, $(TORCH_INDEX) not reached" > $(SOURCE); fi
 NO_STORE_BUILD = $(if $(filter cpu,$(BUILD)), and pip's configured sources hold no CPU build of $(TORCH))
 CUDA_SIZE = $(if $(filter cpu,$(BUILD)), (PyPI: on Linux x86_64 the build with CUDA; about 3 GB to download))
 
-# Which torch came in, read from its version.py (without importing torch), and a note where it is not the build asked for.
+# The set-up's one statement of which torch it installed, from where and why, read from torch's version.py (without
+# importing torch); where it is not the build chosen, why not and what to do.
 define TORCH_SAYS
 import importlib.util as u, os, runpy, sys
 v = runpy.run_path(os.path.join(u.find_spec("torch").submodule_search_locations[0], "version.py"))
-asked, cuda = sys.argv[1], v.get("cuda")
-print(f"make setup: torch {v['__version__']}, " + (f"built with CUDA {cuda}" if cuda else "CPU build") + f" (TORCH_BUILD={asked})")
-if asked == "cuda" and not cuda:
-    print("make setup: note: the CUDA build was asked for, pip gave a CPU build: a wheel in pip's find-links (a local"
-          " store: pip config list) wins over any index; PIP_CONFIG_FILE=/dev/null, without PIP_FIND_LINKS, leaves it out")
+chosen, why, source, cuda = sys.argv[1], sys.argv[2], sys.argv[3].strip() or "pip's own sources", v.get("cuda")
+got = f"the build with CUDA {cuda}" if cuda else "the CPU build"
+said = f"make setup: installed torch {v['__version__']}, {got}, from {source}: "
+if (chosen == "cuda") == bool(cuda):
+    print(said + f"the {chosen.upper() if chosen == 'cpu' else 'CUDA'} build because {why}")
+elif cuda:
+    print(said + f"not the CPU build chosen ({why}): pip had no CPU build to hand; about 3 GB more on disk."
+          " Another source: make setup TORCH_INDEX=URL")
+else:
+    print(said + f"not the CUDA build chosen ({why}): a wheel in pip's find-links (a local store: pip config list)"
+          " wins over any index; PIP_CONFIG_FILE=/dev/null, without PIP_FIND_LINKS, leaves it out")
 endef
 export TORCH_SAYS
 
@@ -83,18 +98,20 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml
 	  || { echo "make setup: the kit supports Python >= $(word 1,$(PYTHONS)), < $(word 2,$(PYTHONS)) (pyproject.toml); $(PYTHON) is $$($(PYTHON) -V 2>&1). Another: make setup PYTHON=python3.12" >&2; exit 1; }; \
 	  $(PYTHON) -m venv $(VENV); }
 	@: > $(LOG)
+	@echo "make setup: pip $(PIP_VERSION), $(TORCH), then requirements.txt (every package pinned: requirements.lock); pip's output: $(LOG)"
+	@$(call pip,install "pip==$(PIP_VERSION)")
 	@# a venv set up with the other build of torch: that build goes first (pip would take it as satisfying $(TORCH))
 	@for old in $(VENV)/.installed-*-cpu $(VENV)/.installed-*-cuda; do \
 	  if [ -e "$$old" ] && [ "$${old##*-}" != $(BUILD) ]; then \
 	    echo "make setup: replacing the $${old##*-} build of torch (TORCH_BUILD=$(BUILD))"; $(call pip,uninstall -y torch); break; \
 	  fi; done
-	@echo "make setup: $(TORCH), $(BUILD) build, then requirements.txt (every package pinned: requirements.lock); pip's output: $(LOG)"
+	@rm -f $(SOURCE)
 	@# torch first, alone (--no-deps), from where its build is; its dependencies come with the rest, under the lock
 	@$(if $(filter cpu,$(BUILD)),$(TORCH_FROM_STORE) ||) $(if $(TORCH_INDEX),{ $(TORCH_FROM_INDEX); },:)
 	@$(call pip,install "$(TORCH)" -r requirements.txt -c requirements.lock)
 	@# the kit itself, editable (it runs from this checkout): python -m autograder, mha-grader
 	@$(call pip,install --no-deps --no-build-isolation -e .)
-	@$(PY) -c "$$TORCH_SAYS" $(BUILD)
+	@$(PY) -c "$$TORCH_SAYS" $(BUILD) "$(BUILD_WHY)" "$$(cat $(SOURCE) 2>/dev/null)"
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

@@ -247,7 +247,8 @@ def torch_version():
 @pytest.mark.skipif(real_gpu, reason="this machine has /dev/nvidia0: make setup takes the CUDA build here")
 def test_setup_takes_the_cpu_build_where_there_is_no_gpu(tmp_path):
     plan = setup_plan(tmp_path)
-    assert f"torch=={torch_version()}, cpu build" in plan
+    assert '"$TORCH_SAYS" cpu "this machine has no NVIDIA GPU (TORCH_BUILD=auto; TORCH_BUILD=cuda for the other)"' \
+        in plan
     # first pip's configured sources, offline (a local wheel store), only for a +cpu wheel ...
     assert f'install --no-deps --no-index "{TORCH}+cpu"' in plan
     # ... then PyTorch's CPU index, after one short request shows it can be reached (no wait on pip's retries)
@@ -260,7 +261,8 @@ def test_setup_takes_the_cpu_build_where_there_is_no_gpu(tmp_path):
 @needs_make
 def test_setup_takes_the_cuda_build_from_pip_where_nvidia_smi_finds_a_gpu(tmp_path):
     plan = setup_plan(tmp_path, gpu=True)
-    assert f"torch=={torch_version()}, cuda build" in plan
+    assert '"$TORCH_SAYS" cuda "this machine has an NVIDIA GPU (TORCH_BUILD=auto; TORCH_BUILD=cpu for the other)"' \
+        in plan
     assert "download.pytorch.org" not in plan and "+cpu" not in plan and "--index-url" not in plan
     assert f'install "{TORCH}" -r requirements.txt -c requirements.lock' in plan  # pip's own sources: PyPI's CUDA build
     assert plan.rstrip().endswith("-cuda")
@@ -270,7 +272,7 @@ def test_setup_takes_the_cuda_build_from_pip_where_nvidia_smi_finds_a_gpu(tmp_pa
 @pytest.mark.parametrize("build, gpu", [("cpu", True), ("cuda", False)])
 def test_torch_build_overrides_the_choice(tmp_path, build, gpu):
     plan = setup_plan(tmp_path, f"TORCH_BUILD={build}", gpu=gpu)
-    assert f", {build} build" in plan
+    assert f'"$TORCH_SAYS" {build} "TORCH_BUILD={build} was asked for"' in plan
     assert (CPU_INDEX_URL in plan) == (build == "cpu")
 
 
@@ -353,3 +355,43 @@ def test_setup_refuses_a_python_outside_the_supported_range(tmp_path):
     said = make("setup", f"VENV={tmp_path}/venv", f"PYTHON={old}", expect_ok=False, tmp=tmp_path)
     assert "the kit supports Python >= 3.10, < 3.14" in said and "is Python 3.9.18" in said
     assert not (tmp_path / "venv").exists()
+
+
+@needs_make
+def test_setup_upgrades_the_venvs_pip_to_the_pinned_release_before_anything_else(tmp_path):
+    """Debian 12's venvs come with pip 23.0.1, for which the five lock checks above skipped: the set-up's first
+    pip command installs the pinned pip."""
+    plan = setup_plan(tmp_path)
+    pinned = re.search(r"^PIP_VERSION \?= (\S+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
+    installs = [line for line in plan.splitlines() if "-m pip" in line]
+    assert installs and f'install "pip=={pinned}"' in installs[0], installs[:2]
+    assert tuple(int(x) for x in pinned.split(".")[:2]) >= (23, 2)
+
+
+TORCH_VERSION_PY = "__version__ = '{version}'\ncuda = {cuda!r}\n"
+
+
+@pytest.mark.parametrize("chosen, cuda, says", [
+    ("cpu", None, "installed torch 2.13.0+cpu, the CPU build, from https://download.pytorch.org/whl/cpu: the CPU "
+                  "build because this machine has no NVIDIA GPU"),
+    ("cpu", "13.0", "installed torch 2.13.0, the build with CUDA 13.0, from pip's own sources, "
+                    "https://download.pytorch.org/whl/cpu not reached: not the CPU build chosen"),
+    ("cuda", "13.0", "installed torch 2.13.0, the build with CUDA 13.0, from pip's own sources: the CUDA build "
+                     "because this machine has an NVIDIA GPU"),
+    ("cuda", None, "not the CUDA build chosen"),
+])
+def test_setup_says_once_which_torch_it_installed_from_where_and_why(tmp_path, chosen, cuda, says):
+    """The set-up's last line, and its only statement of the build: it printed "cpu build", then "built with CUDA
+    13.0" where the CPU index could not be reached."""
+    makefile = (ROOT / "Makefile").read_text()
+    program = re.search(r"^define TORCH_SAYS\n(.*?)^endef", makefile, re.M | re.S).group(1)
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("")
+    version = "2.13.0" if cuda else "2.13.0+cpu"
+    (tmp_path / "torch" / "version.py").write_text(TORCH_VERSION_PY.format(version=version, cuda=cuda))
+    why = {"cpu": "this machine has no NVIDIA GPU (TORCH_BUILD=auto)", "cuda": "this machine has an NVIDIA GPU"}
+    source = {("cpu", None): CPU_INDEX_URL, ("cpu", "13.0"): f"pip's own sources, {CPU_INDEX_URL} not reached"}
+    said = subprocess.run([sys.executable, "-c", program, chosen, why[chosen], source.get((chosen, cuda), "")],
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True, check=True)
+    lines = said.stdout.splitlines()
+    assert len(lines) == 1 and says in lines[0], said.stdout
