@@ -60,10 +60,58 @@ def test_a_broken_link_or_anchor_fails_the_build(tmp_path):
 
 
 def _html_page(doc: Path, site_dir: Path) -> Path:
-    """Where mkdocs (use_directory_urls) writes the page of docs/<doc>."""
-    relative = doc.relative_to(DOCS)
-    folder = relative.parent if relative.name == "index.md" else relative.with_suffix("")
-    return site_dir / folder / "index.html"
+    """Where mkdocs (use_directory_urls: false) writes the page of docs/<doc>: docs/a/b.md as a/b.html."""
+    return site_dir / doc.relative_to(DOCS).with_suffix(".html")
+
+
+def test_the_site_opened_from_disk_links_to_files_that_are_there(site):
+    """Opened from disk (file://), a link to a folder shows a listing, not its page: every link of every page
+    names a file of the site."""
+    import html.parser
+
+    site_dir, _ = site
+
+    class Links(html.parser.HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.found = []
+
+        def handle_starttag(self, tag, attrs):
+            for name, value in attrs:
+                if name in ("href", "src") and value and not re.match(r"^([a-z]+:|#|//)", value):
+                    self.found.append(value.split("#")[0].split("?")[0])
+
+    broken = []
+    pages = sorted(p for p in site_dir.rglob("*.html") if p.name != "404.html")  # the server's, absolute links
+    for page in pages:
+        parser = Links()
+        parser.feed(page.read_text(encoding="utf-8"))
+        for link in filter(None, parser.found):
+            if not (page.parent / link).is_file():
+                broken.append(f"{page.relative_to(site_dir)}: {link}")
+    assert len(pages) >= 15 and not broken, broken[:20]
+
+
+def test_the_home_page_links_to_every_page_of_the_nav():
+    import yaml
+
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    nav = yaml.safe_load(re.search(r"^nav:\n(?:[ #].*\n|\n)*", config, re.M).group(0))["nav"]
+
+    def pages(entries):
+        for entry in entries:
+            for value in (entry.values() if isinstance(entry, dict) else [entry]):
+                yield from (pages(value) if isinstance(value, list) else [value])
+
+    linked = set(_links((DOCS / "index.md").read_text(encoding="utf-8")))
+    missing = [p for p in pages(nav) if p != "index.md" and p not in linked]
+    assert not missing, f"expected docs/index.md to link to every page of the nav, missing {missing}"
+
+
+def test_the_docs_speak_of_the_kit_not_of_how_it_was_made():
+    words = re.compile(r"\b(the issue|this issue|the issue's|this session|this round)\b", re.I)
+    found = [f"{name}: {m.group(0)!r}" for name, text in _documentation() for m in words.finditer(text)]
+    assert not found, found
 
 
 def _links(text: str) -> list[str]:
