@@ -36,7 +36,7 @@ from pathlib import Path
 from autograder import MODULES
 from autograder.files import SHARED, write_atomic
 from autograder.grade import batch, shards
-from autograder.report.html import STYLE, code_spans, esc
+from autograder.report.html import STYLE, code_spans, document, esc
 from autograder.report.model import STATUSES, TestResult, cause, csv_cell, entries, not_started, safe_line
 from autograder.scoring import NOT_HANDED_IN, fmt
 from autograder.submission import intake
@@ -360,7 +360,12 @@ def _drawn(picture: str) -> str:
 _PAGE_STYLE = STYLE + """
 .charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(16rem,1fr));gap:1rem}
 .checks{font-size:.9rem}.checks td,.checks th{padding:.25rem .35rem}.checks .n{text-align:right}
-.checks th.n{overflow-wrap:normal;hyphens:auto}
+.checks th.n{overflow-wrap:normal;hyphens:auto}.checks thead th{position:sticky;top:0;background:#fff}
+.checks .label{display:none}
+@media (max-width:40rem){.checks thead{display:none}.checks,.checks tbody,.checks tr,.checks td{display:block}
+.checks tr{border:1px solid #ccc;border-bottom:0;padding:.3rem .4rem}.checks tr:last-child{border-bottom:1px solid #ccc}
+.checks td{border:0;padding:.05rem 0}.checks td.n{display:inline-block;text-align:left;margin-right:.9rem}
+.checks .label{display:inline}}
 .ids{font-size:.9rem;color:#444}details.ids summary{font-weight:400}td details summary{font-weight:400}
 .sub{color:#555}ol.ranked li{margin:.6rem 0}"""
 
@@ -403,11 +408,7 @@ def to_html(summary: ClassSummary) -> str:
     n = len(summary.rows)
     graded = summary.graded
     counts = ", ".join(f"{len(summary.with_status(s))} {s}" for s in STATUSES if summary.with_status(s))
-    parts = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
-             "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-             "<title>Class overview: multi-head attention</title>",
-             f"<style>{_PAGE_STYLE}</style></head><body>",
-             "<h1>Class overview: multi-head attention assignment</h1>",
+    parts = ["<h1>Class overview: multi-head attention assignment</h1>",
              f"<p><b>{n} submission{'s' if n != 1 else ''}</b>{': ' + counts if counts else ''}.</p>"]
     if summary.shard is not None:
         k, shards_ = summary.shard
@@ -451,8 +452,11 @@ def to_html(summary: ClassSummary) -> str:
                  "graded on it (a check that needs CUDA on a machine without it, or a submission not graded); "
                  "each row adds up to the class. The most failed first.</p>")
     if summary.checks:
-        parts.append("<table class='checks'><tr><th>check</th><th class='n'>passed</th><th class='n'>with a note"
-                     "</th><th class='n'>failed</th><th class='n'>not graded</th></tr>")
+        # On a phone each row is a card: the check's name, then its four numbers, each with its label (the
+        # header, which would scroll away from them, is not shown); on a wider screen a table whose header stays
+        # at the top of the window while its rows scroll.
+        parts.append("<table class='checks'><thead><tr><th>check</th><th class='n'>passed</th><th class='n'>with a "
+                     "note</th><th class='n'>failed</th><th class='n'>not graded</th></tr></thead><tbody>")
         ranked = sorted(enumerate(summary.checks), key=lambda c: (-len(c[1].ids(FAILED)), c[0]))
         for _, check in ranked:
             failed, noted = check.ids(FAILED), check.ids(NOTED)
@@ -460,9 +464,11 @@ def to_html(summary: ClassSummary) -> str:
                            for label, ids in (("failed", failed), ("with a note", noted)) if ids)
             cls = " class='n bad'" if failed else " class='n'"
             parts.append(f"<tr><td><span class='sub'>{esc(check.module)}:</span> {code_spans(check.name)}{more}</td>"
-                         f"<td class='n'>{len(check.ids(PASSED))}</td><td class='n'>{len(noted)}</td>"
-                         f"<td{cls}>{len(failed)}</td><td class='n'>{len(check.ids(NOT_GRADED))}</td></tr>")
-        parts.append("</table>")
+                         f"<td class='n'><span class='label'>passed </span>{len(check.ids(PASSED))}</td>"
+                         f"<td class='n'><span class='label'>with a note </span>{len(noted)}</td>"
+                         f"<td{cls}><span class='label'>failed </span>{len(failed)}</td>"
+                         f"<td class='n'><span class='label'>not graded </span>{len(check.ids(NOT_GRADED))}</td></tr>")
+        parts.append("</tbody></table>")
     else:
         parts.append("<p>No report holds a check.</p>")
 
@@ -493,8 +499,7 @@ def to_html(summary: ClassSummary) -> str:
         levels.setdefault(r.isolation or "not recorded", []).append(i)
     parts.append("</ul><p>Isolation of student code: "
                  + "; ".join(f"{esc(level)} ({len(ids)})" for level, ids in levels.items()) + ".</p>")
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+    return document("Class overview: multi-head attention", _PAGE_STYLE, parts)
 
 
 def write(out: Path) -> tuple[Path, Path]:

@@ -224,6 +224,40 @@ h1{font-size:1.6rem}summary{cursor:pointer;font-weight:600}li{margin:.3rem 0}
 @media (max-width:30rem){body{margin:1rem auto}h1{font-size:1.35rem}td,th{padding:.15rem .6rem}}"""
 
 
+# Text in another language than the page's English: runs of Chinese characters (the tutorials' titles, such as
+# 《Self-Attention详解》, in check names, messages and captions), Japanese or Korean, with the Latin words between
+# two of their characters (the title's "Self-Attention"). Marked with their language, so that a screen reader
+# reads them in it rather than spelling them out as English (WCAG 3.1.2, language of parts).
+_EAST_ASIAN = ("\u1100-\u11ff\u3000-\u303f\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
+               "\uf900-\ufaff\uff00-\uffef")  # Hangul jamo, CJK punctuation, kana, Han, Hangul, full-width forms
+_FOREIGN_RUN = re.compile(f"[{_EAST_ASIAN}]+(?:[A-Za-z0-9 \\-]*[{_EAST_ASIAN}]+)*")
+_KANA, _HANGUL = re.compile("[\u3040-\u30ff]"), re.compile("[\u1100-\u11ff\u3130-\u318f\uac00-\ud7af]")
+_TAG = re.compile(r"(<[^>]*>)")
+
+
+def _language(run: str) -> str:
+    return "ja" if _KANA.search(run) else "ko" if _HANGUL.search(run) else "zh"
+
+
+def languages_marked(fragment: str) -> str:
+    """HTML `fragment` (escaped as `esc` escapes: every "<" in it opens a tag, none is in an attribute's value)
+    with each run of Chinese, Japanese or Korean text of its text, never of a tag or an attribute, in a
+    <span lang="..."> of its language."""
+    return "".join(part if part.startswith("<") else
+                   _FOREIGN_RUN.sub(lambda m: f'<span lang="{_language(m.group())}">{m.group()}</span>', part)
+                   for part in _TAG.split(fragment))
+
+
+def document(title: str, style: str, body: list[str]) -> str:
+    """A page of the kit: English (lang), readable on a phone (the viewport), the `body` parts in the page's one
+    <main> landmark (so that a screen reader can go straight to them), text in another language marked with it
+    (`languages_marked`)."""
+    return "\n".join(["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+                      "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+                      f"<title>{title}</title>", f"<style>{style}</style></head><body><main>",
+                      *(languages_marked(part) for part in body), "</main></body></html>"]) + "\n"
+
+
 def esc(text) -> str:
     """Every string shown: its control characters escaped, then HTML-escaped (quotes too: fit for attributes)."""
     return html.escape(safe_text(text))
@@ -293,11 +327,7 @@ def _entry(e, report=None, verb="fails") -> str:
 
 
 def to_html(report: GradeReport) -> str:
-    parts = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
-             "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-             f"<title>Feedback for {esc(report.submission)}: multi-head attention</title>",
-             f"<style>{STYLE}</style></head><body>",
-             f"<h1>Feedback for {esc(report.submission)}: multi-head attention assignment</h1>",
+    parts = [f"<h1>Feedback for {esc(report.submission)}: multi-head attention assignment</h1>",
              f"<p><b>{esc(report.summary_line())}</b></p>"]
     if report.status != "graded":
         parts.append(f"<p class='bad'>Grading {esc(report.status)}: {esc(report.error)}</p>")
@@ -332,5 +362,4 @@ def to_html(report: GradeReport) -> str:
     printed = report.printed()
     if printed:
         parts.append(f"<h2>{esc(PRINTED_TITLE)}</h2><pre>{esc(printed)}</pre>")
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+    return document(f"Feedback for {esc(report.submission)}: multi-head attention", STYLE, parts)
