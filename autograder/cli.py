@@ -104,6 +104,44 @@ def intake_options(command):
              "1MiB. Raise it for notebooks with large embedded outputs.")(command)
 
 
+def _read_course(ctx, param, value):
+    """--course FILE, read and checked before anything else runs (autograder.course.load): a file that cannot be
+    used is a usage error (exit 2) that names the key."""
+    if value is None:
+        return None
+    from autograder.course import CourseError, load
+
+    try:
+        return load(value)
+    except CourseError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def course_option(what, dest="course"):
+    """--course FILE, the same on every command that takes it; `what`: what the course file does there; `dest`:
+    the name of the command's parameter (nbgrader-sync's COURSE is the nbgrader course folder)."""
+    return click.option(
+        "--course", dest, type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+        callback=_read_course, metavar="FILE",
+        help=f"A course file (TOML: docs/instructor/course.md): the parts handed out and their worths, the speed "
+             f"thresholds, the time limits, whether CUDA checks count. {what} Without it, the kit as it is: five "
+             f"parts, out of 100.")
+
+
+def _course_limits(ctx, course, call_timeout, submission_timeout):
+    """The call and submission time limits: the command line's where given, else the course file's, else the
+    defaults."""
+    if course is None:
+        return call_timeout, submission_timeout
+    from click.core import ParameterSource
+
+    given = (lambda name: ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None))
+    limits = course.time_limits
+    return (call_timeout if given("call_timeout") else limits.get("call_seconds", call_timeout),
+            submission_timeout if given("submission_timeout") else limits.get("submission_seconds",
+                                                                               submission_timeout))
+
+
 CALL_TIMEOUT_HELP = "Seconds allowed for one call into the student's code (a hang costs that check only)."
 SUBMISSION_TIMEOUT_HELP = "Seconds allowed for the whole grading of one submission; past it, the grading has no score."
 
@@ -186,7 +224,9 @@ def cli():
 @timeout_options(submission_default=600.0, alias="--call-timeout")
 @intake_options
 @sandbox_options
-def grade(path, fmt, output, min_score, call_timeout, submission_timeout, timeout, **sandbox):
+@course_option("The report names it, with its checksum.")
+@click.pass_context
+def grade(ctx, path, fmt, output, min_score, call_timeout, submission_timeout, timeout, course, **sandbox):
     """Grade one submission: a folder of the five modules (as .py files or as
     the notebooks 01_attention.ipynb ... 05_positional.ipynb), a zip of one,
     or a single notebook such as 03_masks.ipynb (or a name that ends with
@@ -216,19 +256,24 @@ def grade(path, fmt, output, min_score, call_timeout, submission_timeout, timeou
     from autograder.sandbox.errors import GraderUnavailable
 
     call_timeout = _timeout_alias(timeout, "seconds per call", "--call-timeout") or call_timeout
+    call_timeout, submission_timeout = _course_limits(ctx, course, call_timeout, submission_timeout)
+    extra = {"course": course} if course is not None else {}
+    shape = {"course": course.report()} if course is not None else {}  # the reports written without a grading
     try:
-        report = grade_submission(path, call_timeout=call_timeout, timeout=submission_timeout, **_sandbox(**sandbox))
+        report = grade_submission(path, call_timeout=call_timeout, timeout=submission_timeout, **_sandbox(**sandbox),
+                                  **extra)
     except SubmissionError as exc:  # its text may name the submission's files: escaped, as in every report
         click.echo(f"error: {safe_text(exc, '  ')}", err=True)
         if fmt != "text":  # CI formats still get a file: nothing to grade, and why
             empty = GradeReport(submission=submission_id(path), status="empty",
-                                error=f"no student work found: {exc}")
+                                error=f"no student work found: {exc}", **shape)
             _write(empty, render_report(empty, fmt), output)
         sys.exit(EXIT_CANNOT_RUN)
     except GraderUnavailable as exc:
         click.echo(f"error: the grader cannot run student code here: {safe_text(exc, '  ')}", err=True)
         if fmt != "text":  # CI formats still get a file, that says error
-            failed = GradeReport(submission=submission_id(path), status="error", error=str(exc), grader_failure=True)
+            failed = GradeReport(submission=submission_id(path), status="error", error=str(exc), grader_failure=True,
+                                 **shape)
             _write(failed, render_report(failed, fmt), output)
         sys.exit(EXIT_CANNOT_RUN)
     _write(report, render_report(report, fmt), output)
@@ -311,7 +356,10 @@ def check(path):
 @timeout_options(submission_default=300.0, alias="--submission-timeout")
 @intake_options
 @sandbox_options
-def grade_all(folder, output, jobs, force, shard, call_timeout, submission_timeout, timeout, **sandbox):
+@course_option("Every report and the class page name it, with its checksum; a row graded under another course "
+               "file (or none) is graded again.")
+@click.pass_context
+def grade_all(ctx, folder, output, jobs, force, shard, call_timeout, submission_timeout, timeout, course, **sandbox):
     """Grade every submission in FOLDER (a class).
 
     Each entry of FOLDER is one submission: a folder of .py modules, a folder
@@ -351,8 +399,11 @@ def grade_all(folder, output, jobs, force, shard, call_timeout, submission_timeo
     from autograder.sandbox.isolation import choose_isolation
 
     timeout = _timeout_alias(timeout, "seconds per submission", "--submission-timeout") or submission_timeout
+    call_timeout, timeout = _course_limits(ctx, course, call_timeout, timeout)
     options = _sandbox(**sandbox)
     options["call_timeout"] = call_timeout
+    if course is not None:
+        options["course"] = course
     try:  # once for the whole class, before anything is graded
         options["isolation"] = choose_isolation(options["isolation"], options.pop("require_isolation"),
                                                 class_run=True)
@@ -431,7 +482,8 @@ def _grade_all(folder, output, jobs, force, shard, timeout, options):
               help="Folder for the merged gradebook.csv and every submission's folder, laid out as the OUT of one "
                    "grade-all run of the whole class (a folder of its own: no shard's OUT; new, empty or an earlier "
                    "merge's, which is replaced whole).")
-def merge(shard_outputs, output):
+@course_option("The shards must have been graded under it (refused, exit 2, where one was not).")
+def merge(shard_outputs, output, course):
     """Merge the OUT folders of the N shards of one class into OUTPUT.
 
     Give every shard's OUT (grade-all --shard K/N, K = 0 ... N-1). OUTPUT
@@ -465,7 +517,7 @@ def merge(shard_outputs, output):
     from autograder.grade import batch, shards
 
     try:
-        merged = shards.merge(shard_outputs, output)
+        merged = shards.merge(shard_outputs, output, course)
     except shards.Incomplete as exc:
         click.echo("error: the shards do not make a whole class; nothing written:", err=True)
         for problem in exc.problems:
@@ -641,7 +693,11 @@ def unfinished(shards_folder, n):
 
 @cli.command(short_help="Write student_template/ from solutions/.")
 @click.option("--check", is_flag=True, help="Change nothing; exit 1 naming the files that are out of date.")
-def release(check):
+@course_option("Writes the student template of that course into --output: the parts it hands out alone, with "
+               "its points (the kit's own files stay as they are).")
+@click.option("--output", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="With --course: the folder of that course's student template (required there).")
+def release(check, course, output):
     """Write student_template/ from the instructor's solutions/ and assignments/mha/.
 
     \b
@@ -658,8 +714,29 @@ def release(check):
        generate_assignment` makes.
 
     --check walks the same steps and changes nothing.
+
+    With --course FILE --output DIR, only step 3, for that course: DIR gets
+    the stubs, notebooks, README and self-check of the parts the course file
+    hands out, with its points (docs/instructor/course.md).
     """
     from autograder import release as rel
+
+    if (course is None) != (output is None):
+        raise click.UsageError("--course and --output go together: the template of a course file is written "
+                               "into a folder of its own")
+    if course is not None:
+        step = rel.course_step(course, output)
+        if check:
+            stale = step.stale()
+            if stale:
+                click.echo("out of date: " + ", ".join(step.shown_as + n for n in stale), err=True)
+                sys.exit(1)
+            click.echo(f"{output} is up to date")
+            return
+        changed = step.write()
+        click.echo(f"wrote {', '.join(step.shown_as + n for n in changed)}" if changed else
+                   f"{output} already up to date")
+        return
 
     if check:
         stale = rel.check()
@@ -735,7 +812,8 @@ def bench(submission, device, plot_path, tokens, heads, d_model, batch, threads)
 @click.option("--torch-cuda", is_flag=True,
               help="Install torch with CUDA (pip's default build, several GB), for a Gradescope image with a GPU "
                    "(TORCH_CUDA=1 at build time does the same).")
-def gradescope_zip(output, torch_version, torch_index_url, torch_cuda):
+@course_option("Embedded in the zip (course.toml): every submission is graded under it.")
+def gradescope_zip(output, torch_version, torch_index_url, torch_cuda, course):
     """Write the autograder zip to upload to a Gradescope programming assignment.
 
     \b
@@ -751,7 +829,7 @@ def gradescope_zip(output, torch_version, torch_index_url, torch_cuda):
     from autograder.integrations.gradescope import CPU_INDEX_URL, build_zip
 
     index = torch_index_url if torch_index_url is not None else ("" if torch_cuda else CPU_INDEX_URL)
-    names = build_zip(output, torch_version=torch_version, torch_index_url=index, cuda=torch_cuda)
+    names = build_zip(output, torch_version=torch_version, torch_index_url=index, cuda=torch_cuda, course=course)
     click.echo(f"wrote {output} ({len(names)} files: {', '.join(n for n in names if '/' not in n)}, "
                f"autograder/, solutions/)")
 
@@ -766,7 +844,9 @@ def gradescope_zip(output, torch_version, torch_index_url, torch_cuda):
               help="How student code is confined (as grade-all). As a normal user, auto refuses to come down to "
                    "none (student code would share your uid): exit 2 with the remedy; --isolation none grades "
                    "at that level knowingly.")
-def nbgrader_sync(course, assignment, students, overwrite_manual, isolation):
+@course_option("Give the one the notebooks were released with (release --course): its parts are the cells "
+               "written.", dest="course_file")
+def nbgrader_sync(course, assignment, students, overwrite_manual, isolation, course_file):
     """Write the hidden graders' scores into an nbgrader course's gradebook.
 
     Run it after `nbgrader autograde ASSIGNMENT` in the course folder COURSE.
@@ -797,8 +877,9 @@ def nbgrader_sync(course, assignment, students, overwrite_manual, isolation):
         click.echo(f"error: the grader cannot run student code here: {exc}", err=True)
         sys.exit(EXIT_CANNOT_RUN)
     try:
+        extra = {"course": course_file} if course_file is not None else {}
         results = sync_course(course, assignment, list(students) or None, overwrite_manual=overwrite_manual,
-                              isolation=level)
+                              isolation=level, **extra)
     except SyncError as exc:
         click.echo(f"error: {safe_text(exc, '  ')}", err=True)
         sys.exit(EXIT_CANNOT_RUN)
@@ -810,7 +891,7 @@ def nbgrader_sync(course, assignment, students, overwrite_manual, isolation):
             continue
         modules = ", ".join(f"{m} {fmt(s)}" for m, s in r.modules.items())
         empty = " (empty: nothing to grade)" if r.status == "empty" else ""
-        click.echo(f"{safe_line(r.student)}: {fmt(r.score)}/100{empty} ({modules})")
+        click.echo(f"{safe_line(r.student)}: {fmt(r.score)}/{fmt(r.out_of)}{empty} ({modules})")
         if r.kept:
             kept = ", ".join(f"{m} {fmt(s)}" for m, s in r.kept.items())
             click.echo(f"  kept the score(s) set by hand: {kept} (the gradebook's total: {fmt(r.gradebook_total)}); "

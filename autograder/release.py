@@ -228,7 +228,7 @@ def parts_table(points: dict[str, Points], sources: dict[str, str] | None = None
     if sources is None:
         sources = {name: (SOLUTIONS_DIR / f"{name}.py").read_text(encoding="utf-8") for name in MODULES}
     rows = [f"| {i} | `{NOTEBOOKS[name]}` | `{name}.py` | {', '.join(f'`{n}`' for n in _public_names(sources[name]))} "
-            f"| {_n(points[name].points)} |" for i, name in enumerate(MODULES, 1)]
+            f"| {_n(points[name].points)} |" for i, name in enumerate(MODULES, 1) if name in points]
     return "\n".join(["| part | notebook | file | what to implement | points |", "| --- | --- | --- | --- | ---: |",
                       *rows, f"| | | | total | {_n(_total(points).points)} |"])
 
@@ -376,11 +376,17 @@ def generated_files() -> dict[str, str]:
             "autograder/submission/released.py": released_text()}
 
 
+_COUNT = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
+
+
 def _readme(sources: dict[str, str], points: dict[str, Points] | None = None) -> str:
     """The student README: the parts and their points, what to install, how to work, what to hand in, the
     notation (stated once, here) and the rules of the contract."""
     points = grader_points() if points is None else points
     total = _total(points)
+    count = _COUNT.get(len(points), str(len(points)))
+    handed = (f"**Either the {count} notebooks or the {count} `.py` files**" if len(points) > 1 else
+              "**Either the notebook or the `.py` file**")
     gpu = ""
     if total.cuda_points:
         gpu = (f"\n\n{_n(total.cuda_points)} of these points {'is' if total.cuda_points == 1 else 'are'} for "
@@ -389,7 +395,7 @@ def _readme(sources: dict[str, str], points: dict[str, Points] | None = None) ->
     return f"""<!-- {HEADER[2:]} -->
 # Multi-head attention: student template
 
-You build multi-head attention from its parts, in five parts. Each part
+You build multi-head attention from its parts, in {count} part{'s' if len(points) > 1 else ''}. Each part
 comes twice, as a notebook and as a `.py` file, with the same code to write:
 work in whichever you prefer.
 
@@ -420,7 +426,7 @@ takes and returns.
 
 ## What to hand in
 
-**Either the five notebooks or the five `.py` files**, named as they are
+{handed}, named as they are
 here, in one folder, or a zip of that folder. Only `.py` files and
 notebooks are read.
 
@@ -505,15 +511,30 @@ def module_cell(nb: dict, module: str) -> dict:
     return cells[0]
 
 
-def synced_sources(assignment_dir: Path = ASSIGNMENT_DIR) -> dict[str, str]:
+def course_points(course) -> dict[str, Points]:
+    """The Points of the parts a course file (autograder.course.Course) hands out: each its worth, over the checks
+    that count there (those that need CUDA left out where CUDA checks do not count), in the kit's order."""
+    kit = grader_points()
+    out = {}
+    for module, worth in course.parts.items():
+        p = kit[module]
+        factor = worth / p.points
+        cuda_points, cuda_checks = (p.cuda_points * factor, p.cuda_checks) if course.cuda_counts else (0, 0)
+        out[module] = Points(worth, p.checks - (0 if course.cuda_counts else p.cuda_checks),
+                             round(cuda_points, 2), cuda_checks)
+    return out
+
+
+def synced_sources(assignment_dir: Path = ASSIGNMENT_DIR, course=None) -> dict[str, str]:
     """file name -> content of the source notebooks, their module cells copied from solutions/ and their
-    task cells (points and heading) written from the graders' markers."""
-    points = grader_points()
+    task cells (points and heading) written from the graders' markers (or, with a course file, autograder.course,
+    those of the parts it hands out, with its points)."""
+    points = grader_points() if course is None else course_points(course)
     total = _total(points).points
     files = {}
     for module, name in NOTEBOOKS.items():
         path = Path(assignment_dir) / name
-        if not path.is_file():
+        if module not in points or not path.is_file():
             continue
         nb = _load(path.read_text(encoding="utf-8"))
         module_cell(nb, module)["source"] = (SOLUTIONS_DIR / f"{module}.py").read_text(encoding="utf-8")
@@ -555,20 +576,21 @@ def _nbgrader_release(items: tuple) -> tuple:
         return tuple((name, _dump(_load((out / name).read_text(encoding="utf-8")))) for name in sources)
 
 
-def expected_template() -> dict[str, str]:
+def expected_template(course=None) -> dict[str, str]:
     """Return file name -> content for every file the student template holds.
 
     That is the five stubs rendered from ``SOLUTIONS_DIR`` (``attention.py`` ...
     ``positional.py``, each with HEADER after its docstring), ``README.md``,
     the self-check (``selfcheck_text()``) and the student notebooks nbgrader
-    makes of ``assignments/mha``.
+    makes of ``assignments/mha``. With a course file (autograder.course.Course), the parts it hands out
+    alone, with its points.
     """
-    sources = {name: (SOLUTIONS_DIR / f"{name}.py").read_text(encoding="utf-8") for name in MODULES}
-    points = grader_points()
+    points = grader_points() if course is None else course_points(course)
+    sources = {name: (SOLUTIONS_DIR / f"{name}.py").read_text(encoding="utf-8") for name in MODULES if name in points}
     files = {f"{name}.py": _with_header(render_stub(src, f"solutions/{name}.py")) for name, src in sources.items()}
     files["README.md"] = _readme(sources, points)
     files["selfcheck.py"] = selfcheck_text(points)
-    files.update(nbgrader_release(synced_sources()))
+    files.update(nbgrader_release(synced_sources(course=course)))
     return files
 
 
@@ -630,6 +652,12 @@ def steps(assignment_dir: Path = ASSIGNMENT_DIR, template_dir: Path = TEMPLATE_D
 
 def _part(part: str, **folders) -> list[Step]:
     return [step for step in steps(**folders) if step.part == part]
+
+
+def course_step(course, dest: Path) -> Step:
+    """`release --course FILE --output DEST`: the student template of a course file (autograder.course.Course),
+    the parts it hands out alone, written into `dest` (never the kit's student_template/, which stays the kit's)."""
+    return Step(Path(dest), f"{dest}/", lambda: expected_template(course), "template", prune=True)
 
 
 def check(**folders) -> list[str]:

@@ -116,24 +116,33 @@ class Figures:
         return note
 
 
-def figures(tests) -> Figures:
-    """The figures of a grading's checks (objects with module, points and status: passed, failed, skipped)."""
+def figures(tests, parts=None) -> Figures:
+    """The figures of a grading's checks (objects with module, points and status: passed, failed, skipped).
+
+    `parts`: a course file's parts (autograder.course: part -> worth), or None for the kit's. With them, the
+    modules are those parts, each module's maximum is its worth (not the sum of its checks' points: a check
+    that does not count there counts as the others of its module), and the total is out of their sum."""
     tests = list(tests)
-    names = list(MODULES) + sorted({t.module for t in tests} - set(MODULES))
+    known = list(MODULES) if parts is None else list(parts)
+    names = known + sorted({t.module for t in tests} - set(known))
     by_module = {m: [i for i, t in enumerate(tests) if t.module == m] for m in names}
     nominal = {m: sum((_points(tests[i]) for i in ix), Fraction(0)) for m, ix in by_module.items()}
     available = {m: sum((_points(tests[i]) for i in ix if tests[i].status != "skipped"), Fraction(0))
                  for m, ix in by_module.items()}
     graded = [m for m in names if available[m] > 0]
-    whole = sum((nominal[m] for m in graded), Fraction(0))
-    max_cents = dict(zip(graded, apportion([nominal[m] * SCALE * 100 / whole for m in graded], SCALE * 100)))
+    worth, scale = nominal, SCALE
+    if parts is not None:
+        worth = {m: Fraction(str(parts[m])) if m in parts else nominal[m] for m in names}
+        scale = sum((Fraction(str(w)) for w in parts.values()), Fraction(0))
+    whole = sum((worth[m] for m in graded), Fraction(0))
+    max_cents = dict(zip(graded, apportion([worth[m] * scale * 100 / whole for m in graded], int(scale * 100))))
     checks = [(Decimal(0), Decimal(0))] * len(tests)
     modules, total = {}, 0
     for m in names:
         ix = by_module[m]
         skipped = sum((_points(tests[i]) for i in ix if tests[i].status == "skipped"), Fraction(0))
         if m not in max_cents:
-            if m in MODULES or ix:
+            if m in known or ix:
                 modules[m] = ModuleFigure(m, None, None, nominal[m], skipped)
             continue
         top = max_cents[m]

@@ -174,7 +174,7 @@ def test_python_dash_m_autograder_is_the_command_line(tmp_path):
 #: sub-package of autograder/ sits in one layer (test_a_sub_package_sits_in_one_layer): the folders show it.
 LAYERS = [
     ("foundations: stdlib only, no other module of the kit",
-     {"autograder", "autograder.paths", "autograder.files", "autograder.scoring"}),
+     {"autograder", "autograder.paths", "autograder.files", "autograder.scoring", "autograder.course"}),
     ("the submission: what a student hands in, read without following a link, notebooks turned into modules",
      {"autograder.submission", "autograder.submission.intake", "autograder.submission.folder",
       "autograder.submission.forms", "autograder.submission.zips", "autograder.submission.notebooks",

@@ -65,6 +65,19 @@ DONE = ("graded", "empty")  # rows a second run keeps while their fingerprint ho
 COLUMNS = ["id", "total", *MODULES, "status", "isolation", "grading_time_s", "error", "fingerprint"]
 
 
+def columns(parts=MODULES) -> list[str]:
+    """The gradebook's columns: COLUMNS, with a column for each of `parts` (a course file's parts; the kit's by
+    default) in place of the five modules'."""
+    return ["id", "total", *parts, "status", "isolation", "grading_time_s", "error", "fingerprint"]
+
+
+def parts_of(rows) -> tuple:
+    """The parts that the rows were graded on, in the kit's order: those of their figures; the kit's five where no
+    row has figures (COLUMNS as before)."""
+    found = {m for r in rows for m in r.modules}
+    return tuple(m for m in MODULES if m in found) or MODULES
+
+
 class Busy(RuntimeError):
     """Another process is grading into this OUT (it holds OUT/.grade-all.lock): the message names it."""
 
@@ -143,10 +156,12 @@ class Row:
     isolation: str = ""  # how student code was confined (autograder.LEVELS)
     fingerprint: str = ""  # what graded it: submission content, kit code, limits (fingerprint())
 
-    def as_csv(self):
-        """The gradebook row: strings through csv_cell, numbers as numbers (never prefixed)."""
-        scores = {"total": "", **{m: "" for m in MODULES}} if self.total is None else {
-            "total": fmt(self.total), **{m: fmt(self.modules.get(m) or 0) for m in MODULES}}
+    def as_csv(self, parts=None):
+        """The gradebook row: strings through csv_cell, numbers as numbers (never prefixed); a column for each of
+        `parts` (default: the kit's five modules)."""
+        parts = parts or MODULES
+        scores = {"total": "", **{m: "" for m in parts}} if self.total is None else {
+            "total": fmt(self.total), **{m: fmt(self.modules.get(m) or 0) for m in parts}}
         return {"id": csv_cell(self.id), **scores, "status": csv_cell(self.status),
                 "isolation": csv_cell(self.isolation), "grading_time_s": f"{self.seconds:.1f}",
                 "error": csv_cell(self.error), "fingerprint": self.fingerprint}
@@ -155,7 +170,7 @@ class Row:
     def from_csv(cls, rec):
         number = (lambda text: float(text) if text not in ("", None) else None)
         text = (lambda key: csv_value(rec.get(key) or ""))
-        return cls(text("id"), number(rec["total"]), {m: number(rec[m]) for m in MODULES}, text("status"),
+        return cls(text("id"), number(rec["total"]), {m: number(rec[m]) for m in MODULES if m in rec}, text("status"),
                    float(rec["grading_time_s"]), text("error"), text("isolation"), rec.get("fingerprint") or "")
 
 
@@ -226,9 +241,10 @@ def kit_digest() -> str:
     return h.hexdigest()
 
 
-def versions() -> dict:
+def versions(course=None) -> dict:
     """What grades: the kit's version, torch's, Python's, and the checksum of the code that decides a grade
-    (`kit_digest`: engine, graders, reference), so that a gradebook can say what graded it."""
+    (`kit_digest`: engine, graders, reference), so that a gradebook can say what graded it; with a course file
+    (autograder.course.Course), its name, checksum and total too."""
     import platform
     from importlib.metadata import PackageNotFoundError, version
 
@@ -237,7 +253,7 @@ def versions() -> dict:
     except PackageNotFoundError:
         torch_version = "not installed"
     return {"kit": __version__, "torch": torch_version, "python": platform.python_version(),
-            "graders_sha256": kit_digest()}
+            "graders_sha256": kit_digest(), **(course.graded_by() if course is not None else {})}
 
 
 def fingerprint(path: Path, kit: str, settings: dict) -> str:
@@ -266,7 +282,8 @@ def _settings(timeout, call_timeout, options):
     number = (lambda v: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)  # 60 == 60.0
     return {"timeout": number(timeout), "call_timeout": number(call_timeout),
             "limits": {k: number(v) for k, v in limits.to_dict().items()},
-            "max_unzipped": number(options.get("max_unzipped") or intake.MAX_UNZIPPED)}
+            "max_unzipped": number(options.get("max_unzipped") or intake.MAX_UNZIPPED),
+            **(options["course"].settings() if options.get("course") is not None else {})}
 
 
 class Plan(NamedTuple):
@@ -335,10 +352,11 @@ def read_gradebook(out: Path) -> dict[str, Row]:
 
 def write_gradebook(out: Path, rows: dict[str, Row]):
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=COLUMNS)
+    parts = parts_of(rows.values())
+    writer = csv.DictWriter(buf, fieldnames=columns(parts))
     writer.writeheader()
     for key in sorted(rows):
-        writer.writerow(rows[key].as_csv())
+        writer.writerow(rows[key].as_csv(parts))
     write_atomic(Path(out) / GRADEBOOK, buf.getvalue(), mode=SHARED)  # the user's umask decides who reads it
 
 
@@ -413,7 +431,8 @@ def row_from_report(report: GradeReport, seconds: float = 0.0) -> Row:
     """The gradebook row of a grading: the figures every other format of it shows (autograder.scoring), no
     score at all when the grading did not complete, the first line of the reason otherwise."""
     fig = report.figures()
-    modules = {m: float(f.score) if f.graded else 0.0 for m, f in fig.modules.items() if m in MODULES} \
+    known = report.course.get("parts") or MODULES
+    modules = {m: float(f.score) if f.graded else 0.0 for m, f in fig.modules.items() if m in known} \
         if report.has_score else {}
     error = report.error.splitlines()[0] if report.error else ""
     total = float(fig.total) if report.has_score else None
@@ -519,7 +538,7 @@ def _grade_all(folder, out, *, jobs, force, timeout, call_timeout, progress, war
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=jobs))
         if warm and todo:  # started by the first grading that runs graders; cold where they cannot start
             options["servers"] = stack.enter_context(LazyServers(python=options.get("python")))
-        graded_by = versions() if todo else None  # once for the run, into every results.json it writes
+        graded_by = versions(options.get("course")) if todo else None  # once for the run, into each results.json
         futures = [pool.submit(grade_one, i, p, out, timeout, call_timeout, stopped=stopped, graded_by=graded_by,
                                **options) for i, p in todo]
         try:

@@ -97,10 +97,18 @@ class ClassSummary:
         return [(i, r.total if module is None else (r.modules.get(module) or 0.0))
                 for i, r in self.rows.items() if r.status == "graded" and r.total is not None]
 
+    @property
+    def parts(self) -> tuple:
+        """The parts the gradebook has a column for: the kit's five, or a course file's (batch.parts_of)."""
+        return batch.parts_of(self.rows.values())
+
     def scale(self, module=None) -> float:
-        """The maximum of the totals (100) or of `module`'s figure."""
+        """The maximum of the totals (100, or the total of the course file that graded them) or of `module`'s
+        figure."""
         if module is None:
-            return 100.0
+            totals = {made_by.get("course_total") for made_by, _ in self.graded_by if made_by}
+            totals.discard(None)
+            return float(totals.pop()) if len(totals) == 1 else 100.0
         return self.module_max.get(module) or max([f for _, f in self.figures(module)] + [1.0])
 
     def bins(self, module=None) -> list[tuple[str, list[str]]]:
@@ -298,7 +306,7 @@ def to_csv(summary: ClassSummary) -> str:
 
     for status in STATUSES:
         row("status", "", status, "", summary.with_status(status))
-    for module in (None, *MODULES):
+    for module in (None, *summary.parts):
         for label, ids in summary.bins(module):
             row("distribution", module or "total", label, "", ids)
     for check in summary.checks:
@@ -423,7 +431,7 @@ def to_html(summary: ClassSummary) -> str:
                  "<a href='#graded-by'>What graded them</a></p>")
 
     parts.append("<h2 id='distribution'>Totals and module figures</h2><div class='charts'>")
-    parts += [_chart(summary, module) for module in (None, *MODULES)]
+    parts += [_chart(summary, module) for module in (None, *summary.parts)]
     parts.append("</div>")
 
     parts.append("<h2 id='diagnoses'>Likely bugs, most frequent first</h2>")

@@ -220,7 +220,7 @@ def _run_graders(args, cwd, timeout, servers, key):
 
 
 def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, isolation="auto",
-          require_isolation=None, servers=None, python=None, max_unzipped=None) -> GradeReport:
+          require_isolation=None, servers=None, python=None, max_unzipped=None, course=None) -> GradeReport:
     """Grade the submission at `path` (a folder, a zip or a notebook).
 
     Raises SubmissionError when the submission cannot be read at all, and
@@ -241,7 +241,9 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
     `isolation` is "auto" (the strongest level that works here, probed once
     per process) or one of "namespaces", "landlock", "none". `servers`
     (WarmServers) makes a batch fast. `python` is the interpreter of the
-    student process (default: this one; it needs torch).
+    student process (default: this one; it needs torch). `course` (autograder.course.Course, or None for the
+    kit as it is): the parts graded and their worths, the speed thresholds, whether CUDA checks count; the
+    report names it.
     """
     start, wall_start = time.monotonic(), time.time()
     report = GradeReport(submission=submission_id(path))
@@ -252,6 +254,9 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
         folder = got.folder
         report.notes = list(got.notes.values())
         report.missing = dict(got.absent)
+        if course is not None:  # the parts handed out alone: another part's absence is no one's fault
+            report.missing = {m: why for m, why in report.missing.items() if m in course.parts}
+            report.course = course.report()
         results_file = Path(tmp) / "results.json"
         batch = batchlock.folder()
         spec = GradingSpec(
@@ -262,7 +267,8 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
             # (LazyServers start here: after intake, which may refuse the submission before any process)
             zygote=servers.zygote.address if servers else None,
             # a class run: explicit, as servers may predate it
-            batch_dir=str(batch) if batch is not None else None)
+            batch_dir=str(batch) if batch is not None else None,
+            course=course.grading() if course is not None else {})
         args = [str(GRADERS), "-c", str(GRADERS / "pytest.ini"), "--rootdir", str(GRADERS),
                 "-p", "autograder.grade.plugin", "-q", "--no-header", "--tb=no", "--spec", spec.to_json()]
         if select:

@@ -69,6 +69,12 @@ def pytest_configure(config):
                           intake=spec.intake())
         sandbox.start()
         config.stash[_SANDBOX] = sandbox
+        if spec.course.get("speed"):  # the course file's thresholds, read by the speed checks as they run
+            from autograder.course import SPEED
+            from autograder.grade import timing
+
+            for key, value in spec.course["speed"].items():
+                setattr(timing, SPEED[key], float(value))
     lazy_dynamo.install()  # before the graders' first meta-device op (autograder/sandbox/lazy_dynamo.py)
 
 
@@ -92,6 +98,26 @@ def pytest_collection_modifyitems(session, config, items):
         return (aspect == "speedup", aspect == "device")
 
     items.sort(key=late)
+    course = config.stash[_SPEC].course if _SPEC in config.stash else {}
+    if course:  # a course file's: only the parts handed out, and the CUDA checks only where they count
+        from fractions import Fraction
+
+        kit = {}  # part -> what the kit makes it worth: the sum of its checks' markers, CUDA checks included
+        for item in items:
+            marker = item.get_closest_marker("points")
+            part = Path(str(item.fspath)).stem.removeprefix("test_")
+            if marker is not None:
+                kit[part] = kit.get(part, Fraction(0)) + Fraction(str(marker.kwargs["points"]))
+        config.stash[_SCALE] = {part: Fraction(str(worth)) / kit[part] for part, worth in course["parts"].items()
+                                if kit.get(part)}
+        keep, drop = [], []
+        for item in items:
+            part = Path(str(item.fspath)).stem.removeprefix("test_")
+            needs_cuda = any("cuda" in str(m.args) for m in item.iter_markers("skipif"))
+            (drop if part not in course["parts"] or (needs_cuda and not course["cuda_counts"]) else keep).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
 
 
 @pytest.fixture(scope="session")
@@ -138,7 +164,7 @@ def pytest_runtest_makereport(item, call):
             name=_title(item),
             module=Path(str(item.fspath)).stem.removeprefix("test_"),
             aspect=marker.kwargs["aspect"],
-            points=marker.kwargs["points"],
+            points=_points(item, marker.kwargs["points"]),
             status="passed" if report.passed else "skipped" if report.skipped else "failed",
             duration=round(report.duration, 4),
             data={k: v for k, v in report.user_properties},
@@ -153,6 +179,20 @@ def pytest_runtest_makereport(item, call):
         elif report.failed and call.excinfo is not None:
             result.message, result.grader_error = _message(call.excinfo)
         item.config.stash[_RESULTS].append(asdict(result))
+
+
+_SCALE = pytest.StashKey[dict]()  # part -> the factor of its checks' points, under a course file
+
+
+def _points(item, points):
+    """A check's points: its marker's, scaled by its part's factor where a course file sets the part's worth
+    (worth / the sum of the part's markers: masks = 16 doubles each masks check)."""
+    factor = item.config.stash.get(_SCALE, {}).get(Path(str(item.fspath)).stem.removeprefix("test_"))
+    if factor is None:
+        return points
+    from fractions import Fraction
+
+    return float(Fraction(str(points)) * factor)
 
 
 _EXIT = pytest.StashKey[int]()

@@ -148,7 +148,7 @@ def prepare(folder: Path, out: Path, k: int, n: int, *, force: bool = False, tim
     out.mkdir(parents=True, exist_ok=True)
     remove_interrupted_writes(out / MANIFEST)  # a shard killed while writing its manifest left its beginning here
     write_atomic(out / MANIFEST, json.dumps({
-        "format": FORMAT, "shard": k, "shards": n, **batch.versions(),
+        "format": FORMAT, "shard": k, "shards": n, **batch.versions(options.get("course")),
         "settings": batch._settings(timeout, call_timeout, options),
         "submissions": [[i, prints[i]] for i, _ in entries]}, indent=1) + "\n", mode=SHARED)
     return planned
@@ -236,10 +236,11 @@ def not_started(out: Path) -> bool:
     return all(name == batch.LOCK or name.startswith(f".{MANIFEST}.") for name in os.listdir(out))
 
 
-def check(outs) -> tuple[list[Shard], dict]:
+def check(outs, course=None) -> tuple[list[Shard], dict]:
     """Read the shards' outputs and check them as `merge` does (without writing): (the shards, every row by row
     key). Refused when they cannot be merged, Incomplete when they are alike but not whole or overlap (an output
-    with nothing in it yet, `not_started`, included)."""
+    with nothing in it yet, `not_started`, included). `course` (autograder.course.Course): the course file every
+    shard must have been graded under (Refused, naming the file and the shard, where one was not)."""
     if not outs:
         raise Refused("no shard output given")
     empty = [Path(out) for out in outs if not_started(out)]
@@ -252,6 +253,12 @@ def check(outs) -> tuple[list[Shard], dict]:
     if differences:
         raise Refused("the shards were not graded alike, so their rows cannot make one gradebook: "
                       + "; ".join(differences) + ". Grade every shard again with the same kit and options")
+    if course is not None:
+        graded_under = (shards[0].manifest.get("settings") or {}).get("course_sha256")
+        if graded_under != course.sha256:
+            under = f"the course file with sha256 {graded_under}" if graded_under else "no course file"
+            raise Refused(f"the shards were graded under {under}, not under {course.file} (sha256 {course.sha256}): "
+                          f"merge them without --course, or grade them again with --course {course.file}")
     n = shards[0].manifest["shards"]
     problems = []
     given = {}
@@ -388,7 +395,7 @@ def _exchange(new: Path, out: Path):
     _remove(old)
 
 
-def merge(outs, out: Path) -> Merged:
+def merge(outs, out: Path, course=None) -> Merged:
     """Merge the outputs of the N shards of one run into `out`: one gradebook (batch.COLUMNS, the rows in the
     order grade-all writes them) and a copy of every submission's folder, so that `out` is laid out as the OUT
     of one grade-all run of the whole class (a later `grade-all DIR -o OUT` resumes from it).
@@ -401,7 +408,8 @@ def merge(outs, out: Path) -> Merged:
     Refused (nothing written) when the shards cannot be merged or `out` is a shard's folder, or a folder that is
     no merge's; Incomplete (nothing written) when a shard is missing or unfinished, given twice, or rows overlap
     (`check`). Refused or Incomplete by the shards, an earlier merge in `out` is first moved aside (`set_aside`;
-    the exception's `set_aside` says where), so that its gradebook never passes for this run's."""
+    the exception's `set_aside` says where), so that its gradebook never passes for this run's. `course`: the
+    course file the shards must have been graded under (`check`)."""
     out = Path(out).absolute()
     for given in outs:
         given = Path(given).absolute()
@@ -415,7 +423,7 @@ def merge(outs, out: Path) -> Merged:
             raise Refused(f"{out} is not empty and holds no earlier merge (no {batch.GRADEBOOK}): merge into a "
                           "new folder")
     try:
-        shards, rows = check(outs)
+        shards, rows = check(outs, course)
     except (Refused, Incomplete) as exc:
         exc.set_aside = set_aside(out)
         raise

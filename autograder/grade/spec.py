@@ -25,7 +25,9 @@ class GradingSpec:
     autograder.LEVELS); `student_python`: its interpreter; `zygote`: the channel of a warm student zygote
     (fd:N) or None (a cold student process); `batch_dir`: the class run this grading belongs to
     (autograder/sandbox/batchlock.py) or None; `missing`: {module: why its file was left out};
-    `source`: the original submission's path (hidden from student code like its copy).
+    `source`: the original submission's path (hidden from student code like its copy); `course`: what the
+    course file says of the grading (autograder.course.Course.grading: the parts run, each part's factor on its
+    checks' points, the speed thresholds, whether CUDA checks count), {} for the kit as it is.
     """
 
     submission: str
@@ -38,6 +40,7 @@ class GradingSpec:
     batch_dir: str | None = None
     missing: dict = field(default_factory=dict)
     source: str = ""
+    course: dict = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps({**asdict(self), "limits": self.limits.to_dict()})

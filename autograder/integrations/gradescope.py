@@ -4,7 +4,9 @@ The zip holds, at its root, the two scripts Gradescope runs (`setup.sh` once,
 as root, when it builds the image; `run_autograder` for every submission) and
 the kit files that grading needs: `grader_cli.py`, `requirements.txt` (and `requirements.lock`),
 `autograder/` and the reference `solutions/` (the zip is instructor-side, so
-students never see them). Two builds of the same tree are byte-identical.
+students never see them). Two builds of the same tree are byte-identical. With a course file
+(`build_zip(course=...)`), the zip holds it too, as `course.toml`, and run_autograder grades under it
+(`--course course.toml`); without one, the zip is what it was.
 
 Both scripts take their paths from `AUTOGRADER_ROOT` (default `/autograder`),
 so they can be run on a temporary folder laid out as Gradescope lays it out:
@@ -134,22 +136,39 @@ def _add(zf: zipfile.ZipFile, name: str, data: bytes, mode: int) -> None:
     zf.writestr(info, data)
 
 
+COURSE_FILE = "course.toml"  # the course file's name in the zip, beside grader_cli.py
+
+
+def run_autograder(course=None) -> str:
+    """run_autograder: with a course file (autograder.course.Course), it grades under the zip's copy of it."""
+    if course is None:
+        return RUN_AUTOGRADER
+    graded = 'grader_cli.py grade "$ROOT/submission" '
+    if RUN_AUTOGRADER.count(graded) != 1:
+        raise ValueError("run_autograder: expected one line that grades $ROOT/submission, to add --course to")
+    return RUN_AUTOGRADER.replace(graded, f"{graded}--course {COURSE_FILE} ")
+
+
 def build_zip(output: Path, *, torch_version: str = TORCH_VERSION, torch_index_url: str = CPU_INDEX_URL,
-              cuda: bool = False, kit: Path = KIT) -> list[str]:
+              cuda: bool = False, kit: Path = KIT, course=None) -> list[str]:
     """Write the Gradescope autograder zip to `output`; return its member names, in order.
 
     `torch_version`, `torch_index_url` and `cuda` become setup.sh's defaults
     (Gradescope sets no environment variables at build time; `setup_sh`);
-    `kit` is the kit's folder.
+    `kit` is the kit's folder. `course` (autograder.course.Course): embedded as COURSE_FILE, and every
+    submission is graded under it.
     """
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     names = []
     with zipfile.ZipFile(output, "w") as zf:
         for name, text in (("setup.sh", setup_sh(torch_version, torch_index_url, cuda)),
-                           ("run_autograder", RUN_AUTOGRADER)):
+                           ("run_autograder", run_autograder(course))):
             _add(zf, name, text.encode(), EXECUTABLE)
             names.append(name)
+        if course is not None:
+            _add(zf, COURSE_FILE, course.text, REGULAR)
+            names.append(COURSE_FILE)
         for name, path in kit_files(kit):
             _add(zf, name, path.read_bytes(), REGULAR)
             names.append(name)

@@ -49,6 +49,7 @@ class Synced:
     status: str = "graded"  # the grading's status (autograder.report.model.STATUSES)
     error: str = ""
     gradebook_total: float | None = None  # the submission's total as nbgrader now computes it
+    out_of: float = 100  # what `score` is out of: 100, or the total of the course file graded under
 
 
 def _comment(report, module, score, max_score):
@@ -114,7 +115,8 @@ def sync_course(course: Path, assignment: str = ASSIGNMENT, students=None, *, ov
     has no submission or notebook, or the grader cannot run student code
     here. Scores set by hand are kept unless `overwrite_manual` (Synced.kept).
     A grading that did not complete writes nothing (Synced.status).
-    `grade_options` go to autograder.grade.engine.grade. Unless they name
+    `grade_options` go to autograder.grade.engine.grade (a course file, `course`, among them: the parts it
+    hands out are the cells written). Unless they name
     `servers`, the gradings share two fork servers that import torch once
     (autograder.grade.engine.LazyServers, as `grade-all` does), started by
     the first grading that runs graders; cold gradings where they cannot start.
@@ -193,7 +195,8 @@ def sync_course(course: Path, assignment: str = ASSIGNMENT, students=None, *, ov
             gb.db.commit()
             total = gb.find_submission(assignment, student)
             gb.db.refresh(total)
-            results.append(Synced(student, report.score, written, kept, report.status, report.error, total.score))
+            results.append(Synced(student, report.score, written, kept, report.status, report.error, total.score,
+                                  out_of=report.out_of))
             if progress:
                 progress(student, report)
     return results

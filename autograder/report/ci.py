@@ -109,7 +109,7 @@ def to_junit(report: GradeReport) -> str:
         for k, v in counts.items():
             totals[k] += v
         _properties(suite, [("score", _g(earned)), ("max_score", _g(available)),
-                            ("total_score", total), ("total_max_score", "100"),
+                            ("total_score", total), ("total_max_score", fmt(report.out_of)),
                             ("not_graded", fig.skipped_note())])
         for t in tests:
             case = ET.SubElement(suite, "testcase", classname=f"mha.{module}", name=_xml_text(t.id),
@@ -142,7 +142,7 @@ def to_junit(report: GradeReport) -> str:
     root.set("status", report.status)
     if report.has_score:  # a grading that did not complete has no score, not a 0
         root.set("score", total)
-    root.set("max_score", "100")
+    root.set("max_score", fmt(report.out_of))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode")
 
@@ -199,7 +199,7 @@ def _classroom_payload(report: GradeReport, message_limit: int) -> dict:
                       "duration": int(round(report.execution_time * 1000))})
     else:
         status = "pass" if all(t.status == "passed" for t in graded) else "fail"
-    return {"version": 1, "status": status, "max_score": 100, "tests": tests}
+    return {"version": 1, "status": status, "max_score": report.out_of, "tests": tests}
 
 
 def classroom_payload(report: GradeReport) -> dict:

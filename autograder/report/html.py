@@ -60,6 +60,8 @@ def _md_entry(e, report=None, verb="fails") -> list[str]:
 
 def to_markdown(report: GradeReport) -> str:
     lines = [f"# Feedback: {md_inline(report.submission)}", "", f"**{report.summary_line()}**", ""]
+    if report.course:
+        lines += [md_inline(report.course_line()), ""]
     if report.status != "graded":
         lines += [f"> Grading {report.status}: {md_inline(report.error.splitlines()[0]) if report.error else ''}",
                   ""]
@@ -329,6 +331,8 @@ def _entry(e, report=None, verb="fails") -> str:
 def to_html(report: GradeReport) -> str:
     parts = [f"<h1>Feedback for {esc(report.submission)}: multi-head attention assignment</h1>",
              f"<p><b>{esc(report.summary_line())}</b></p>"]
+    if report.course:
+        parts.append(f"<p>{esc(report.course_line())}</p>")
     if report.status != "graded":
         parts.append(f"<p class='bad'>Grading {esc(report.status)}: {esc(report.error)}</p>")
     if report.has_score and report.tests:  # nothing graded: no table of 0 / 0

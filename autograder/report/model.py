@@ -278,6 +278,9 @@ class GradeReport:
     notes: list = field(default_factory=list)  # files of the submission not graded, and why (submission.intake)
     missing: dict = field(default_factory=dict)  # {module not handed in: where its code goes}, said once
     grader_peak_mib: float = 0.0  # the grader process's peak resident memory (what the submission cost it)
+    # the course file that shaped the grading (autograder.course.Course.report: its file name, SHA-256 and parts
+    # with their worths); {} for the kit as it is, out of 100
+    course: dict = field(default_factory=dict)
 
     @property
     def earned(self):
@@ -301,8 +304,24 @@ class GradeReport:
         key = tuple((t.module, t.points, t.status, t.message) for t in self.tests)
         cached = self.__dict__.get("_figures_of")
         if cached is None or cached[0] != key:
-            cached = self.__dict__["_figures_of"] = (key, _figures(self.tests))
+            cached = self.__dict__["_figures_of"] = (key, _figures(self.tests, self.course.get("parts") or None))
         return cached[1]
+
+    @property
+    def out_of(self):
+        """What the total is out of: 100, or the sum of the course file's parts."""
+        parts = self.course.get("parts") if self.course else None
+        if not parts:
+            return 100
+        total = sum(Decimal(str(w)) for w in parts.values())
+        return int(total) if total == total.to_integral_value() else float(total)
+
+    def course_line(self):
+        """Which course file shaped this grading, in one line ("" for the kit as it is)."""
+        if not self.course:
+            return ""
+        return (f"Course file: {safe_line(self.course.get('file', ''))} (sha256 {safe_line(self.course.get('sha256', ''))}"
+                f"; out of {fmt(self.out_of)})")
 
     @property
     def score(self):
@@ -311,10 +330,11 @@ class GradeReport:
         return float(self.figures().total) if self.has_score else 0.0
 
     def modules(self):
-        """module -> (figure, maximum) as floats, in the contract's order, on the scale of 100 (a module not
-        graded here: (0.0, 0.0))."""
+        """module -> (figure, maximum) as floats, in the contract's order, on the scale of 100 or of the course
+        file (a module not graded here: (0.0, 0.0))."""
+        known = self.course.get("parts") or MODULES
         return {m: (float(f.score), float(f.max_score)) if f.graded else (0.0, 0.0)
-                for m, f in self.figures().modules.items() if m in MODULES}
+                for m, f in self.figures().modules.items() if m in known}
 
     def check_figures(self, test):
         """(score, max_score) of one of this report's checks as every format shows it (Decimals)."""
@@ -368,7 +388,7 @@ class GradeReport:
             "status": self.status,
             "error": self.error,
             "score": float(fig.total) if self.has_score else None,
-            "max_score": 100,
+            "max_score": self.out_of,
             "not_graded": {"checks": fig.skipped_checks, "points": float(fig.skipped_points),
                            "note": fig.skipped_note()},
             "execution_time": round(self.execution_time, 3),
@@ -383,6 +403,7 @@ class GradeReport:
             "missing": self.missing,
             "grader_peak_mib": self.grader_peak_mib,
             "student_output": self.printed(),
+            **({"course": self.course} if self.course else {}),
         }
 
     def to_gradescope(self):
@@ -414,7 +435,8 @@ class GradeReport:
             })
         result = {"score": float(fig.total) if self.has_score else 0.0,
                   "execution_time": round(self.execution_time, 3),
-                  "output": f"{self.summary_line()}\n{self.isolation_line()}".strip(), "tests": tests,
+                  "output": "\n".join(line for line in (self.summary_line(), self.isolation_line(),
+                                                         self.course_line()) if line), "tests": tests,
                   "visibility": "visible", "stdout_visibility": "hidden",
                   "output_format": "text", "test_output_format": "text", "test_name_format": "text",
                   "extra_data": {"status": self.status}}
@@ -461,9 +483,9 @@ class GradeReport:
             return f"Total: no score (the grading did not complete: {self.status})"
         fig = self.figures()
         if self.status == "empty":
-            return f"Total: {fmt(fig.total)}/100 (nothing to grade: no student work found)"
+            return f"Total: {fmt(fig.total)}/{fmt(self.out_of)} (nothing to grade: no student work found)"
         note = fig.skipped_note()
-        return f"Total: {self.handed_in_part(fig)}{fmt(fig.total)}/100" + (f" ({note})" if note else "")
+        return f"Total: {self.handed_in_part(fig)}{fmt(fig.total)}/{fmt(self.out_of)}" + (f" ({note})" if note else "")
 
     def handed_in_part(self, fig):
         """"8/8 for the part handed in (masks), " when some modules were not handed in (a single notebook graded
@@ -483,6 +505,8 @@ class GradeReport:
         lines = [f"Grading {safe_line(self.submission)}"]
         if self.isolation:
             lines.append(self.isolation_line())
+        if self.course:
+            lines.append(self.course_line())
         if self.grader_failure:
             return "\n".join([*lines, f"  GRADER FAILURE (no score): {safe_text(self.error, '      ')}"])
         if self.status != "graded":

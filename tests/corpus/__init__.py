@@ -62,8 +62,9 @@ __all__ = [
     "substitute",
 ]
 
-#: The five modules of a submission, in the order of the contract.
-MODULES: tuple[str, ...] = ("attention", "heads", "masks", "mha", "positional")
+#: The modules of a submission, in the order of the contract: the kit's own list (autograder.MODULES).
+from autograder import MODULES  # noqa: E402
+
 #: Their file names.
 MODULE_FILES: tuple[str, ...] = tuple(f"{m}.py" for m in MODULES)
 #: The tables of submissions.toml: planted bugs, correct alternatives, hostile or broken submissions.
