@@ -27,8 +27,9 @@ TEMPLATE = ROOT / "student_template"
 from autograder import MODULES  # noqa: E402  (the kit's own list of parts: a new part is in the tests at once)
 
 
-#: The fixtures that grade or start student processes: a test that uses one is marked `grading` (below).
-GRADING_FIXTURES = {"reference_report", "template_report", "warm_servers", "readable_python", "student_python"}
+#: The fixtures that grade or start student processes, or run axe-core's audits in a browser (tens of seconds
+#: each): a test that uses one is marked `grading` (below).
+GRADING_FIXTURES = {"reference_report", "template_report", "warm_servers", "readable_python", "student_python", "axe"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -266,6 +266,7 @@ def _replaced(text: str, *pairs: tuple[str, str]) -> str:
 
 
 @pytest.mark.grading
+@pytest.mark.long  # nbgrader's own processes and kernels: minutes on two busy cores
 def test_the_nbgrader_block_as_typed_in_a_bare_shell_leaves_a_complete_gradebook(tmp_path):
     import csv
     import sqlite3
