@@ -27,7 +27,11 @@ that a busy machine weighs on each alike. What it measures, side by side:
   sampled). py-spy pauses a process for each sample, so the profiled run is not the one timed. py-spy
   is a development tool, not a dependency of the kit: `python -m pip install py-spy`. It needs to ptrace
   the run's processes (root, or kernel.yama.ptrace_scope 0: the servers are not dumpable); where it cannot,
-  the table is empty and the CPU figures still stand.
+  the table is empty and the CPU figures still stand. Read its figures as shares within a role, not as CPU:
+  py-spy samples by the wall clock, so a process waiting for a core on a busy machine counts as running, and
+  it cannot tell a thread blocked in a read from a running one in a process of another PID namespace (the
+  student processes at the namespaces level: their `receive` is mostly waiting for the grader). The CPU by
+  role comes from the kernel (above).
 """
 from __future__ import annotations
 
