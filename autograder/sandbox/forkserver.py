@@ -10,9 +10,8 @@ process. `grade-all` instead starts two warm servers once per run:
   it imports student code;
 * the grader server (`python forkserver.py grader FD LABEL MODULE...`) has
   imported pytest and the modules its owner named (autograder.grade.engine names
-  torch, the plugin, the checks and the reference), and called the `warm()` of
-  each that has one (what it builds once for every grading); each grading is a
-  fork of it that runs the hidden graders on one submission.
+  torch, the plugin, the checks and the reference), and run the `warm()` of each
+  that has one; each grading is a fork of it that runs the graders on one submission.
 
 This module knows no other module of the kit: what a server holds warm is
 its owner's choice, so the import graph runs one way (engine -> forkclient ->
