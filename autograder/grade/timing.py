@@ -326,15 +326,40 @@ def new_secret() -> int:
     return secrets.randbits(52)  # exact in JSON readers that use doubles
 
 
+#: heads -> the reference modules on the CPU and the generator's state just after they were built: built once per
+#: process (the warm grader server builds them before it forks, `warm`), as every grading builds the same ones
+_BUILT = {}
+
+
 def reference_modules(device="cpu", heads=None):
-    """The reference stacked and fused modules at SIZES, with `heads` heads (None: SIZES')."""
+    """The reference stacked and fused modules at SIZES, with `heads` heads (None: SIZES'), their weights drawn
+    after seed 0.
+
+    On the CPU they are built once per process (64 heads of three linear layers each: ~0.1 s of CPU a grading)
+    and shared: nothing that times or reads them changes them. The random generators are left as building them
+    leaves them, so that nothing drawn after this call depends on whether they were built now or before."""
     s = SIZES
     heads = heads or s["num_heads"]
-    d_out = s["num_heads"] * s["head_dim"]
-    manual_seed(0)
-    stacked = ref.StackedMultiHeadAttention(s["d_in"], d_out // heads, s["tokens"], 0.0, heads)
-    fused = ref.MultiHeadAttention(s["d_in"], d_out, s["tokens"], 0.0, heads)
-    return stacked.eval().to(device), fused.eval().to(device)
+    if device != "cpu" or heads not in _BUILT:
+        d_out = s["num_heads"] * s["head_dim"]
+        manual_seed(0)
+        stacked = ref.StackedMultiHeadAttention(s["d_in"], d_out // heads, s["tokens"], 0.0, heads)
+        fused = ref.MultiHeadAttention(s["d_in"], d_out, s["tokens"], 0.0, heads)
+        if device != "cpu":
+            return stacked.eval().to(device), fused.eval().to(device)
+        _BUILT[heads] = stacked.eval(), fused.eval(), torch.random.get_rng_state()
+    stacked, fused, after = _BUILT[heads]
+    manual_seed(0)  # the devices' generators as building them leaves them (it draws on the CPU only)
+    torch.random.set_rng_state(after)
+    return stacked, fused
+
+
+def warm():
+    """Build the reference modules (the warm grader server calls this once, before it forks: forkserver.py)."""
+    state = torch.random.get_rng_state()
+    for heads in (None, FEW_HEADS):
+        reference_modules(heads=heads)
+    torch.random.set_rng_state(state)
 
 
 def build_fused(student, device="cpu", heads=None, stand_ins=()):

@@ -10,8 +10,8 @@ process. `grade-all` instead starts two warm servers once per run:
   it imports student code;
 * the grader server (`python forkserver.py grader FD LABEL MODULE...`) has
   imported pytest and the modules its owner named (autograder.grade.engine names
-  torch, the plugin, the checks and the reference); each grading is a fork of
-  it that runs the hidden graders on one submission.
+  torch, the plugin, the checks and the reference), and run the `warm()` of each
+  that has one; each grading is a fork of it that runs the graders on one submission.
 
 This module knows no other module of the kit: what a server holds warm is
 its owner's choice, so the import graph runs one way (engine -> forkclient ->
@@ -303,7 +303,9 @@ def _grader_handler(preload):
     import pytest
 
     for name in preload:  # imported once here, not once per grading
-        importlib.import_module(name)
+        module = importlib.import_module(name)
+        if callable(getattr(module, "warm", None)):  # and what a module builds once for every grading, built here
+            module.warm()
 
     def run(request, fds):
         os.chdir(request["cwd"])

@@ -113,6 +113,28 @@ class _StandIn:
 #: function: found once, so that a timed pass does not pay for a search of every module (milliseconds)
 _public_places = {}
 
+#: every module of sys.modules looked at so far: its name -> (the module, whether it is one of the student's), so
+#: that a module is judged once, when first seen (a name bound to another module since is judged again)
+_judged = {}
+
+
+def _student_modules():
+    """The student's modules now in sys.modules: those whose file is in the student's copy.
+
+    Each module is judged once: what a stand-in looks for is searched for in these few modules only, not in the
+    thousand and more of torch at every request (a fifth of a class run's CPU went there). A module's file is read
+    from its own namespace, never with getattr: a lazy module's __getattr__ (torch._dynamo's stand-in,
+    lazy_dynamo.py) would import what it stands in for."""
+    found = []
+    for name, mod in list(sys.modules.items()):
+        judged = _judged.get(name)
+        if judged is None or judged[0] is not mod:
+            file = vars(mod).get("__file__") if isinstance(mod, types.ModuleType) else None
+            judged = _judged[name] = (mod, isinstance(file, str) and student_code.is_student_file(file))
+        if judged[1]:
+            found.append(mod)
+    return found
+
 
 class _standing_in:
     """For one request: the functions `specs` names replaced by stand-ins, wherever a student module holds them
@@ -148,17 +170,8 @@ class _standing_in:
         original = getattr(student_code.student_module(function[0]), function[1], None)
         if original is None:
             return []
-        places = []
-        for mod in list(sys.modules.values()):
-            # the modules that hold the function first (identity, cheap), then whether each is the student's: the
-            # other way round resolved the path of every module loaded (torch's, over a thousand): ~0.3 s a
-            # request, and over 10 s the first time on a busy machine, past a call's timeout
-            if not isinstance(mod, types.ModuleType):
-                continue
-            held = [name for name, value in list(vars(mod).items()) if value is original]
-            if held and student_code.is_student_file(getattr(mod, "__file__", None) or ""):
-                places += [(mod, name, original) for name in held]
-        return places
+        return [(mod, name, original) for mod in _student_modules()
+                for name, value in list(vars(mod).items()) if value is original]
 
     def __exit__(self, *exc):
         for mod, name, value in reversed(self.saved):
