@@ -49,6 +49,7 @@ class Sandbox(StudentProcess):
         self._handles = itertools.count(1)
         self._objects = {}  # handle -> (generation, module)
         self.strikes = {}  # module -> [messages]
+        self.relay_cpu = 0.0  # seconds of CPU this thread used in the span of the last exchange (`exchange`)
 
     # -- framing ------------------------------------------------------------
     @staticmethod
@@ -75,7 +76,8 @@ class Sandbox(StudentProcess):
     def exchange(self, owner, requests, timeout=None, context="your code", answer_limit=MAX_ANSWER):
         """Send `requests`, each only once the answer to the one before it has been read back whole; return
         (the answer dicts, seconds from sending the first to reading the last answer by this process's clock,
-        seconds of them this thread waited for a CPU while runnable: its run delay, the machine's load).
+        seconds of them this thread waited for a CPU while runnable: its run delay, the machine's load). The
+        seconds of them this thread ran on a CPU (writing requests, reading answers) are left in `relay_cpu`.
 
         So the student process holds a request's data only from the moment it is sent on: a timed block's
         passes arrive one at a time (autograder/grade/timing.py). Every request is encoded before the first
@@ -98,13 +100,15 @@ class Sandbox(StudentProcess):
             # a measurement of a neighbour may stop this call's process: that time is not counted
             deadline = batchlock.Deadline(timeout)
             stdin, raw = self._proc.stdin, []
-            waited, begin = freeze.own_run_delay(), time.perf_counter()  # read next to each other: a wait counts
-            for frame in frames:  # in the run delay when it ends, so one outside the span must not fall between
-                stdin.write(frame)
+            (ran, waited), begin = freeze.own_schedstat(), time.perf_counter()  # read next to each other: a
+            for frame in frames:  # wait counts in the run delay when it ends, so one outside the span must not
+                stdin.write(frame)  # fall between
                 stdin.flush()
                 raw.append(self._read_raw(deadline, answer_limit))
             seconds = time.perf_counter() - begin
-            waited = (freeze.own_run_delay() - waited) / 1e9
+            ran_after, waited_after = freeze.own_schedstat()
+            waited = (waited_after - waited) / 1e9
+            self.relay_cpu = (ran_after - ran) / 1e9  # this thread's own CPU in the span: its side of the relay
             answers = _decoded(raw, deadline)
         except TimeoutError:
             self._strike(module, f"no answer within {timeout:g} s")

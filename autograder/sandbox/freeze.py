@@ -116,6 +116,64 @@ def cpu_ns(pid: int) -> int:
     return total
 
 
+#: clock_gettime's clock of a whole process's CPU time (CPUCLOCK_SCHED of process `pid`: the kernel's
+#: make_process_cpuclock), which any process may read: every thread's time on a CPU in ns, the threads that
+#: have ended included (the kernel adds each to its process's sum as it exits).
+def _process_clock(pid):
+    return ((~pid) << 3) | 2
+
+
+def process_cpu_ns(pid: int) -> int | None:
+    """CPU time used so far by the process `pid`, in ns: every thread that ever ran in it, ended ones included,
+    and the processes it has started, ended and reaped (their time, in clock ticks, joins their parent's as it
+    reaps them). None when it is gone.
+
+    Read from the process's CPU clock (`_process_clock`, ns); where the kernel refuses that clock, from
+    /proc/<pid>/stat's utime and stime (clock ticks, which also count ended threads)."""
+    fields = _stat_fields(f"/proc/{pid}/stat")
+    try:
+        reaped = int((int(fields[13]) + int(fields[14])) * _TICK_NS)  # cutime + cstime: reaped children
+    except (TypeError, ValueError, IndexError):
+        return None
+    try:
+        return time.clock_gettime_ns(_process_clock(pid)) + reaped
+    except (OSError, AttributeError, OverflowError):
+        try:
+            return int((int(fields[11]) + int(fields[12])) * _TICK_NS) + reaped
+        except (ValueError, IndexError):
+            return None
+
+
+def tree_cpu_ns(pids) -> dict[int, int]:
+    """{pid: `process_cpu_ns`} of every process of `pids` still there."""
+    out = {}
+    for pid in pids:
+        ns = process_cpu_ns(pid)
+        if ns is not None:
+            out[pid] = ns
+    return out
+
+
+def block_cpu_ns(before: dict[int, int], after_pids) -> int:
+    """CPU time the processes `after_pids` used since `before` (a `tree_cpu_ns` reading) in ns: every thread
+    that ran, ended ones included; a process that was not there before counts from its start."""
+    after = tree_cpu_ns(after_pids)
+    return sum(max(ns - before.get(pid, 0), 0) for pid, ns in after.items())
+
+
+#: Scheduling policies of sched(7) as /proc/<pid>/task/<tid>/stat gives them (field 41)
+SCHED_OTHER = 0
+
+
+def priority(pid: int, tid: int) -> tuple[int, int] | None:
+    """(scheduling policy, nice value) of thread `tid` of `pid`, or None when it is gone."""
+    fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
+    try:
+        return int(fields[38]), int(fields[16])
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
 def thread_times(pids) -> dict[tuple[int, int], tuple[int, int]]:
     """{(pid, tid): (ns on a CPU, ns waiting for one while runnable)} of every thread of `pids`, from
     /proc/<pid>/task/<tid>/schedstat (threads without one are left out)."""
@@ -249,8 +307,14 @@ def frozen(root: int | None, descendants: bool = True):
 def own_run_delay() -> int:
     """Nanoseconds the calling thread has waited for a CPU while runnable (its run delay), or 0 where the kernel
     gives no schedstat."""
+    return own_schedstat()[1]
+
+
+def own_schedstat() -> tuple[int, int]:
+    """(ns the calling thread has run on a CPU, ns it has waited for one while runnable: its run delay), read
+    together; where the kernel gives no schedstat, its CPU clock and no run delay."""
     times = _schedstat(os.getpid(), threading.get_native_id())
-    return times[1] if times is not None else 0
+    return times if times is not None else (time.thread_time_ns(), 0)
 
 
 @contextmanager
