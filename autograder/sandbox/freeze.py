@@ -116,53 +116,34 @@ def cpu_ns(pid: int) -> int:
     return total
 
 
-#: clock_gettime's clock of a whole process's CPU time (CPUCLOCK_SCHED of process `pid`: the kernel's
-#: make_process_cpuclock), which any process may read: every thread's time on a CPU in ns, the threads that
-#: have ended included (the kernel adds each to its process's sum as it exits).
-def _process_clock(pid):
-    return ((~pid) << 3) | 2
-
-
 def process_cpu_ns(pid: int) -> int | None:
-    """CPU time used so far by the process `pid`, in ns: every thread that ever ran in it, ended ones included,
-    and the processes it has started, ended and reaped (their time, in clock ticks, joins their parent's as it
-    reaps them). None when it is gone.
-
-    Read from the process's CPU clock (`_process_clock`, ns); where the kernel refuses that clock, from
-    /proc/<pid>/stat's utime and stime (clock ticks, which also count ended threads)."""
+    """CPU time used so far by the process `pid`, in ns (None when it is gone): every thread that ever ran in it,
+    ended ones included, and the processes it started, ended and reaped (their time, in clock ticks, joins their
+    parent's as it reaps them). From its CPU clock, which any process may read (clock_gettime of the kernel's
+    make_process_cpuclock(pid, CPUCLOCK_SCHED); the kernel adds each thread's time to its process's as it ends),
+    or where that clock is refused from /proc/<pid>/stat's utime and stime (ticks, ended threads counted too)."""
     fields = _stat_fields(f"/proc/{pid}/stat")
     try:
         reaped = int((int(fields[13]) + int(fields[14])) * _TICK_NS)  # cutime + cstime: reaped children
+        return time.clock_gettime_ns(((~pid) << 3) | 2) + reaped
     except (TypeError, ValueError, IndexError):
         return None
-    try:
-        return time.clock_gettime_ns(_process_clock(pid)) + reaped
     except (OSError, AttributeError, OverflowError):
-        try:
-            return int((int(fields[11]) + int(fields[12])) * _TICK_NS) + reaped
-        except (ValueError, IndexError):
-            return None
+        return int((int(fields[11]) + int(fields[12])) * _TICK_NS) + reaped
 
 
 def tree_cpu_ns(pids) -> dict[int, int]:
     """{pid: `process_cpu_ns`} of every process of `pids` still there."""
-    out = {}
-    for pid in pids:
-        ns = process_cpu_ns(pid)
-        if ns is not None:
-            out[pid] = ns
-    return out
+    return {pid: ns for pid, ns in ((pid, process_cpu_ns(pid)) for pid in pids) if ns is not None}
 
 
-def block_cpu_ns(before: dict[int, int], after_pids) -> int:
-    """CPU time the processes `after_pids` used since `before` (a `tree_cpu_ns` reading) in ns: every thread
-    that ran, ended ones included; a process that was not there before counts from its start."""
-    after = tree_cpu_ns(after_pids)
-    return sum(max(ns - before.get(pid, 0), 0) for pid, ns in after.items())
+def block_cpu_ns(before: dict[int, int], pids) -> int:
+    """The CPU time, in ns, the processes `pids` used since `before` (a `tree_cpu_ns` reading): every thread that
+    ran, ended ones included; a process that was not there before counts from its start."""
+    return sum(max(ns - before.get(pid, 0), 0) for pid, ns in tree_cpu_ns(pids).items())
 
 
-#: Scheduling policies of sched(7) as /proc/<pid>/task/<tid>/stat gives them (field 41)
-SCHED_OTHER = 0
+SCHED_OTHER = 0  # the normal scheduling policy of sched(7), as /proc/<pid>/task/<tid>/stat gives it (field 41)
 
 
 def priority(pid: int, tid: int) -> tuple[int, int] | None:
