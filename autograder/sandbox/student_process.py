@@ -110,7 +110,7 @@ def _confine_namespaces(config):
     """Enter new namespaces; the caller stays behind as the keeper of PID 1 of the new PID namespace."""
     uid, gid = os.getuid(), os.getgid()  # read before unsharing: an unmapped namespace shows 65534
     root_user = os.geteuid() == 0
-    student_uid = _privileges.sandbox_uid()  # from this pid: inside, the student process is PID 1
+    student_uid = _privileges.sandbox_uid(config) if root_user else None  # leased by the trusted side
     _namespaces.unshare_pid(root_user, uid, gid)
     _keeper.keep((_channel.IN, _channel.OUT))  # the child is PID 1 of the new PID namespace; it goes on
     _namespaces.unshare_the_rest()
@@ -170,7 +170,7 @@ def _enter(config):
         else:
             _keeper.keep((_channel.IN, _channel.OUT))
             if os.geteuid() == 0:  # never root: a uid of its own, that owns its copy and its temp folder
-                _privileges.drop_root([config["cwd"], config["home"]], _privileges.sandbox_uid())
+                _privileges.drop_root([config["cwd"], config["home"]], _privileges.sandbox_uid(config))
         step = "limits"
         _apply_limits(config.get("limits", {}))
         _libc.prctl(_libc.PR_SET_NO_NEW_PRIVS, 1)  # no setuid program gives student code privileges back
