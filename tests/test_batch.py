@@ -23,7 +23,7 @@ from tests.corpus import load_corpus, materialize
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes
 
 
-#: carol's hang is bounded by the call timeout (twice, then her module's checks stop): 2 s, not grade-all's 10
+#: carol's hang is bounded by the call timeout (once, then her module's checks stop): 2 s, not grade-all's 10
 CALL_TIMEOUT = 2.0
 
 
