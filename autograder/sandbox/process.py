@@ -130,7 +130,7 @@ class StudentProcess:
                   "isolation": self.level, "limits": self.limits.to_dict(), "writable": WRITABLE,
                   "env": student_env(self._home),
                   "forbidden": forbidden_paths(self.submission, *filter(None, [self.intake.get("source")])),
-                  "refuse": refusals(False)}
+                  "refuse": refusals(False), "restart": self._generation > 1}
         if os.geteuid() == 0:  # student code never runs as root: a uid no other live grading holds
             config["uid"] = self._sandbox_uid()
         self._proc = None
