@@ -185,15 +185,32 @@ class Sandbox(StudentProcess):
         """The first call that met the memory limit ends the checks of the module whose code met it (the file of
         the last frame of its traceback that is a student module's: a bomb in attention.py that the student's
         mha.py calls is attention's fault, and the MHA checks stand it in, graders/blame.py), instead of each
-        check writing memory up to the limit again; and the process starts afresh, so that no other module's
-        calls meet the memory the bomb may still hold."""
+        check writing memory up to the limit again. Where the student's processes still hold over half the limit
+        (a bomb that keeps what it got), the process starts afresh, so that no other module's calls meet that
+        memory; one that let it go keeps running (a restart costs a start, and the modules built in it)."""
         files = re.findall(r'File "([^"/]+)\.py", line \d+', err.get("traceback", ""))
         at_fault = next((f for f in reversed(files) if f in MODULES), module)
         if at_fault not in self.given_up:
             limit = self.limits.describe("memory_bytes")
             self.given_up[at_fault] = (f"{at_fault}.py exceeded the memory limit ({limit} for a student process) "
                                        f"in an earlier check, during {context}")
-            self._kill()
+            if self._resident_bytes() > self.limits.memory_bytes / 2:
+                self._kill()
+
+    def _resident_bytes(self):
+        """The resident memory of the student's processes (VmRSS, from /proc), in bytes; 0 where it cannot be read."""
+        root, total = self.process_tree_root(), 0
+        try:
+            pids = freeze.tree(root) if root is not None else []
+        except OSError:  # no /proc (macOS)
+            pids = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/status", "rb") as fh:
+                    total += next((int(line.split()[1]) << 10 for line in fh if line.startswith(b"VmRSS:")), 0)
+            except (OSError, ValueError, IndexError):
+                continue
+        return total
 
     def _limit_hint(self, err):
         """Point at the limit behind an exception that comes from one."""
