@@ -391,8 +391,10 @@ def grade_all(ctx, folder, output, jobs, force, shard, call_timeout, submission_
     second run grades them again), or OUT holds another shard's results, or
     another grade-all is grading into OUT (it holds OUT/.grade-all.lock:
     the second run is refused at once, naming the first, and grades
-    nothing; the lock goes when that process ends, however it ends);
-    130 after Ctrl-C.
+    nothing; the lock goes when that process ends, however it ends), or
+    a file system of OUT ran out of room (space, inodes, quota): the rows it
+    could not write are left to a second run, which picks up where this one
+    stopped; 130 after Ctrl-C.
     """
     from autograder.grade import batch
     from autograder.sandbox.errors import GraderUnavailable
@@ -457,6 +459,10 @@ def _grade_all(folder, output, jobs, force, shard, timeout, options):
         click.echo(f"Interrupted: {len(stop.rows)} rows saved in {output / batch.GRADEBOOK}, {stop.left} "
                    f"submission(s) not graded{killed}. Run the same command again to grade the rest.", err=True)
         sys.exit(130)
+    except batch.OutputFull as full:  # never a success: one line, what ran out, and that a rerun resumes
+        click.echo(f"error: {len(full.unwritten)} submission(s) graded but not written: out of {full.why}. Free "
+                   "some and run the same command again: it picks up where it stopped.", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
     click.echo(GradeReport(submission="", isolation=options["isolation"]).isolation_line(), err=True)
     note = GradeReport(submission="", isolation=options["isolation"]).isolation_note()
     if note:  # once per run, not once per student

@@ -1,5 +1,7 @@
 """grade-all: a whole class, in parallel, with feedback, a gradebook, and resume."""
+import contextlib
 import csv
+import errno
 import glob
 import json
 import os
@@ -21,7 +23,7 @@ from tests.corpus import load_corpus, materialize
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes
 
 
-#: carol's hang is bounded by the call timeout (twice, then her module's checks stop): 2 s, not grade-all's 10
+#: carol's hang is bounded by the call timeout (once, then her module's checks stop): 2 s, not grade-all's 10
 CALL_TIMEOUT = 2.0
 
 
@@ -315,6 +317,81 @@ def test_a_submission_whose_files_cannot_be_written_is_an_error_row_and_the_batc
     rows_ = batch.grade_all(subs, out, jobs=1, warm=False)
     assert rows_["alice"].status == "error" and rows_["alice"].total is None, rows_["alice"]
     assert "the grader failed" in rows_["alice"].error and rows_["bob"].status == "empty"
+
+
+@contextlib.contextmanager
+def small_file_system(folder, size="200k"):
+    """A tmpfs of `size` mounted at `folder` for the block (root only); pytest.skip, with the reason, where
+    mounting is refused."""
+    import subprocess
+
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"mounting a tmpfs was refused here: {done.stderr.strip() or done.returncode}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def fill(folder):
+    """Write `folder`'s file system full (a file named filler); return its path."""
+    filler = folder / "filler"
+    with open(filler, "wb", buffering=0) as fh:
+        try:
+            while fh.write(b"\0" * 4096):
+                pass
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+    return filler
+
+
+def test_grade_all_onto_a_full_file_system_exits_2_with_one_line_and_a_rerun_completes_the_gradebook(tmp_path):
+    """With its output on a full file system, grade-all wrote "error" rows and exited 0; with the gradebook itself
+    unwritable it ended in a traceback. Every row it cannot write makes the exit status 2, with one line that
+    says what ran out and that a rerun picks up where it stopped; once there is room, the rerun completes it."""
+    subs = tmp_path / "class"
+    ids = ["alice", "bob", "carol", "dave"]
+    for name in ids:
+        (subs / name).mkdir(parents=True)  # empty: quick to grade, and still a row with its files
+    with small_file_system(tmp_path / "out") as out:
+        filler = fill(out)
+        first = CliRunner().invoke(cli, ["grade-all", str(subs), "--output", str(out), "--jobs", "2"])
+        assert first.exit_code == 2, first.output
+        assert first.exception is None or isinstance(first.exception, SystemExit), first.exception
+        said = [line for line in first.output.splitlines() if "graded but not written" in line]
+        assert said == [f"error: 4 submission(s) graded but not written: out of space on the file system of {out}. "
+                        "Free some and run the same command again: it picks up where it stopped."], first.output
+        assert "Traceback" not in first.output
+        filler.unlink()
+        second = CliRunner().invoke(cli, ["grade-all", str(subs), "--output", str(out), "--jobs", "2"])
+        assert second.exit_code == 0, second.output
+        assert "0 already graded, 4 to grade" in second.output, second.output
+        assert {r["id"]: r["status"] for r in rows(out).values()} == dict.fromkeys(ids, "empty")
+        assert all((out / i / "results.json").is_file() for i in ids)
+
+
+def test_a_gradebook_that_cannot_be_written_leaves_its_rows_to_the_rerun(tmp_path, monkeypatch):
+    """Each submission's files written, the gradebook not (its write refused for want of room): exit 2 through
+    OutputFull, naming every row the gradebook lacks; the rerun grades them again."""
+    subs = tmp_path / "class"
+    for name in ("alice", "bob"):
+        (subs / name).mkdir(parents=True)
+    out = tmp_path / "out"
+
+    def refuse(out, rows):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(batch, "write_gradebook", refuse)
+    with pytest.raises(batch.OutputFull) as full:
+        batch.grade_all(subs, out, jobs=1, warm=False)
+    assert full.value.unwritten == ["alice", "bob"] and full.value.why == f"space on the file system of {out}"
+    monkeypatch.undo()
+    assert [i for i, _ in batch.plan(subs, out).todo] == ["alice", "bob"]
 
 
 def test_links_and_fifos_in_the_class_folder_are_never_followed_or_opened(tmp_path):

@@ -190,7 +190,7 @@ LAYERS = [
       "autograder.sandbox.student_code",
       "autograder.sandbox.landlock", "autograder.sandbox.forkserver", "autograder.sandbox.forkclient",
       "autograder.sandbox.diskguard",
-      "autograder.sandbox.freeze", "autograder.sandbox.batchlock",
+      "autograder.sandbox.freeze", "autograder.sandbox.batchlock", "autograder.sandbox.uids",
       "autograder.sandbox.lazy_dynamo", "autograder.sandbox.seeding", "autograder.sandbox.seccomp",
       "autograder.sandbox.standin"}),
     ("the report: the model and its formats",

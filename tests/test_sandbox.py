@@ -77,6 +77,50 @@ def test_infinite_loop_times_out(submission):
         assert unpaused_since(start) < 10
 
 
+def test_the_first_timeout_ends_the_modules_later_calls_at_once_and_no_other_modules(submission):
+    """A call that met the call timeout ends its module's later calls with that cause, at once, instead of each
+    check meeting the timeout (and a restart) again; the other modules still run."""
+    with submission(masks="def causal_mask(seq_len, device=None):\n    while True:\n        pass\n",
+                    heads="def split_heads(x, h):\n    return x\n") as sb:
+        with pytest.raises(StudentError) as first:
+            sb.call("masks", "causal_mask", 3)
+        start = time.monotonic()
+        with pytest.raises(StudentError) as later:
+            sb.call("masks", "causal_mask", 4)
+        assert time.monotonic() - start < 0.5, "expected the later call refused at once, not run to its timeout"
+        value, _ = sb.call("heads", "split_heads", torch.ones(2), 1)
+    assert first.value.kind == "timeout" and later.value.kind == "gave-up"
+    assert str(later.value) == ("not run: masks.py did not finish causal_mask(3) within 2 s in an earlier check "
+                                "(an infinite loop, or far too slow?)"), str(later.value)
+    assert torch.equal(value, torch.ones(2))
+
+
+MEMORY_BOMB_IN_ATTENTION = """import torch
+def scaled_dot_product_attention(q, k, v, mask=None, dropout=None):
+    return torch.empty(1 << 40)
+"""
+
+
+def test_the_first_call_that_meets_the_memory_limit_ends_the_checks_of_the_module_at_fault(submission):
+    """A call that met the memory limit ends the later calls of the module whose code met it, with that cause:
+    a bomb in attention.py met through the student's mha.py is attention's (mha's checks stand it in), and
+    every other module still runs."""
+    mha = ("from attention import scaled_dot_product_attention\n"
+           "def forward(x):\n    return scaled_dot_product_attention(x, x, x)\n")
+    with submission(attention=MEMORY_BOMB_IN_ATTENTION, mha=mha, heads="def split_heads(x, h):\n    return x\n") as sb:
+        with pytest.raises(StudentError) as first:
+            sb.call("mha", "forward", torch.ones(2))
+        with pytest.raises(StudentError) as later:
+            sb.call("attention", "scaled_dot_product_attention", torch.ones(2), torch.ones(2), torch.ones(2))
+        value, _ = sb.call("heads", "split_heads", torch.ones(2), 1)
+        assert "mha" not in sb.given_up, "expected the student's mha, which only called the bomb, still run"
+    assert first.value.kind == "raised" and "exceeded the memory limit" in str(first.value)
+    assert later.value.kind == "gave-up" and str(later.value).startswith(
+        "not run: attention.py exceeded the memory limit (4 GiB for a student process) in an earlier check"), \
+        str(later.value)
+    assert torch.equal(value, torch.ones(2))
+
+
 def test_patched_comparisons_do_not_reach_the_grader(submission):
     cheat = ("import torch, numpy\n"
              "torch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True\n"

@@ -301,6 +301,7 @@ def test_only_the_run_delay_of_a_block_run_by_one_thread_is_taken_off(tmp_path, 
     if how == "one thread":  # a task started anywhere on this busy machine also stops the correction
         monkeypatch.setattr(freeze, "tasks_created", lambda: 0)
     monkeypatch.setattr(freeze, "own_run_delay", lambda: 0)  # the grader's own wait, always taken off: none here
+    monkeypatch.setattr(freeze, "own_schedstat", lambda: (time.thread_time_ns(), 0))
     folder = fused_variant(tmp_path, patch_timers=False)
     text = (folder / "mha.py").read_text().replace(SLEEP, SPIN[how] + "        B, T, _ = x.shape\n"
                                                     "        H, hd = self.num_heads, self.head_dim")
@@ -334,6 +335,91 @@ def test_only_the_run_delay_of_a_block_run_by_one_thread_is_taken_off(tmp_path, 
         assert waited == 0, "expected a block that used two threads timed by the wall clock alone"
 
 
+SPAWNED = {**SPIN, "a new process": ("        import os, time\n        child = os.fork()\n"
+                                       "        if child == 0:\n            end = time.thread_time() + 0.03\n"
+                                       "            while time.thread_time() < end:\n                pass\n"
+                                       "            os._exit(0)\n        os.waitpid(child, 0)\n")}
+
+
+@pytest.mark.parametrize("how", ["one thread", "a new thread", "a new process"])
+def test_the_cpu_of_every_thread_that_ran_in_a_block_is_counted(tmp_path, how, monkeypatch):
+    """Whatever is taken off a block as load, the CPU time the student's processes used in it stays: every
+    thread and process that ran, those started and ended inside each pass included. Here the grader's own
+    run delay is made to cover the whole block (as a student thread that keeps the CPU after answering, or a
+    wait counted twice, would make it): what is left is the 30 ms of work per pass, wherever it ran (a thread
+    started and joined inside forward was missed: about 1 ms per pass was left)."""
+    import itertools
+    import time
+
+    from autograder.sandbox import batchlock, freeze
+    from autograder.sandbox.client import Sandbox
+
+    late = itertools.count(0, 100 * 10**9)  # the grader's run delay: 100 s more at every reading
+    monkeypatch.setattr(freeze, "own_run_delay", lambda: next(late))
+    monkeypatch.setattr(freeze, "own_schedstat", lambda: (time.thread_time_ns(), next(late)), raising=False)
+    folder = fused_variant(tmp_path, patch_timers=False)
+    (folder / "mha.py").write_text((folder / "mha.py").read_text().replace(
+        SLEEP, SPAWNED[how] + "        B, T, _ = x.shape\n        H, hd = self.num_heads, self.head_dim"))
+    with Sandbox(folder) as sandbox:
+        remote = timing.build_fused(sandbox)
+        root = sandbox.process_tree_root()
+        with batchlock.quiet(root):
+            seconds, outputs, waited = timing.time_student_block(remote, timing.inputs(reps=4), root)
+    assert len(outputs) == 4
+    assert seconds >= 0.027, (f"expected the 30 ms of CPU per pass that {how} used to count, got "
+                              f"{seconds * 1e3:.1f} ms per pass ({waited * 1e3:.1f} ms taken off)")
+
+
+def test_the_run_delay_of_a_student_thread_that_lowered_its_priority_is_not_taken_off(monkeypatch):
+    """A student thread at nice 19 (or SCHED_IDLE) waits for a CPU by its own choice: its run delay is no load
+    of the machine, and nothing of it is taken off; at the grader's own priority it is."""
+    import time
+
+    from autograder.sandbox import freeze
+
+    class Remote:  # a block of 4 passes that takes 80 ms by the wall clock
+        def time(self, xs, discard=False):
+            return ["out"] * len(xs), 0.08, 0.0
+
+    def block(nice, policy=freeze.SCHED_OTHER):
+        readings = iter([{(1, 1): (0, 0)}, {(1, 1): (int(4e6), int(60e6))}])  # 4 ms on a CPU, 60 ms queued
+        monkeypatch.setattr(freeze, "thread_times", lambda pids: next(readings))
+        monkeypatch.setattr(freeze, "priority", lambda pid, tid: (policy, nice) if pid == 1 else (0, 0))
+        return timing.time_student_block(Remote(), [0, 1, 2, 3], root=1)
+
+    monkeypatch.setattr(freeze, "tree", lambda root: [1])
+    monkeypatch.setattr(freeze, "tree_cpu_ns", lambda pids: {1: 0})
+    monkeypatch.setattr(freeze, "block_cpu_ns", lambda before, pids: int(4e6))
+    monkeypatch.setattr(freeze, "tasks_created", lambda: 7)
+    assert block(0)[2] == pytest.approx(0.015), "expected the 60 ms the thread waited taken off (15 ms per pass)"
+    for nice, policy, what in ((19, freeze.SCHED_OTHER, "nice 19"), (0, 5, "SCHED_IDLE"), (0, 3, "SCHED_BATCH")):
+        seconds, _, waited = block(nice, policy)
+        assert waited == 0 and seconds == pytest.approx(0.02), f"expected nothing taken off a thread at {what}"
+
+
+def test_what_is_taken_off_leaves_the_cpu_of_both_sides_of_the_relay(monkeypatch):
+    """A wait counted twice (the grader's thread and the student's queued behind the same load at once, or a
+    student thread kept runnable whose run delay is the grader's own work) takes nothing off either side's
+    work: the student's CPU and the grader's own (writing requests, reading answers) stay."""
+    from autograder.sandbox import freeze
+
+    class Remote:  # 4 passes in 40 ms; the grader's thread ran 8 ms of them and waited 20 ms for a CPU
+        sandbox = type("Sandbox", (), {"relay_cpu": 0.008})()
+
+        def time(self, xs, discard=False):
+            return ["out"] * len(xs), 0.04, 0.02
+
+    readings = iter([{(1, 1): (0, 0)}, {(1, 1): (int(24e6), int(40e6))}])  # 24 ms on a CPU, 40 ms queued
+    monkeypatch.setattr(freeze, "tree", lambda root: [1])
+    monkeypatch.setattr(freeze, "thread_times", lambda pids: next(readings))
+    monkeypatch.setattr(freeze, "tree_cpu_ns", lambda pids: {1: 0})
+    monkeypatch.setattr(freeze, "block_cpu_ns", lambda before, pids: int(24e6))
+    monkeypatch.setattr(freeze, "priority", lambda pid, tid: (0, 0))
+    monkeypatch.setattr(freeze, "tasks_created", lambda: 7)
+    seconds, _, waited = timing.time_student_block(Remote(), [0, 1, 2, 3], root=1)
+    assert seconds == pytest.approx(0.008), f"expected (24 + 8) ms / 4 passes left, got {seconds * 1e3:.2f} ms"
+
+
 def test_a_run_delay_longer_than_the_block_leaves_the_threads_time_on_a_cpu(monkeypatch):
     """The kernel counts a wait in the run delay when it ends, so a wait that began before the block (the
     student thread still queued after its last answer, on a loaded machine) can exceed the block itself:
@@ -351,6 +437,9 @@ def test_a_run_delay_longer_than_the_block_leaves_the_threads_time_on_a_cpu(monk
     readings = iter([{(1, 1): (0, 0)}, {(1, 1): (int(2e6) * 4, int(50e6) * 4)}])  # 2 ms on a CPU, 50 ms queued
     monkeypatch.setattr(freeze, "tree", lambda root: [1])
     monkeypatch.setattr(freeze, "thread_times", lambda pids: next(readings))
+    monkeypatch.setattr(freeze, "tree_cpu_ns", lambda pids: {1: 0})
+    monkeypatch.setattr(freeze, "block_cpu_ns", lambda before, pids: int(2e6) * 4)
+    monkeypatch.setattr(freeze, "priority", lambda pid, tid: (0, 0))
     monkeypatch.setattr(freeze, "tasks_created", lambda: 7)
     seconds, outputs, waited = timing.time_student_block(Remote(), [0, 1, 2, 3], root=1)
     assert len(outputs) == 4

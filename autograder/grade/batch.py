@@ -121,9 +121,14 @@ def output_lock(out: Path):
                 os.close(fd)
                 fd = None  # no locks on this file system
             if fd is not None:
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since "
-                              f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n".encode(), 0)
+                try:  # who holds it, for the message of a second run; a full file system leaves it unsaid
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since "
+                                  f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n".encode(), 0)
+                except OSError as exc:
+                    if out_of_room(exc) is None:
+                        os.close(fd)
+                        raise
             held = _HELD[key] = [fd, 1]
     try:
         yield held[0] is not None
@@ -134,6 +139,48 @@ def output_lock(out: Path):
                 del _HELD[key]
                 if held[0] is not None:
                     os.close(held[0])  # the lock goes with the last descriptor of the file in this process
+
+
+#: The errors of a write that its file system refused for want of room: the machine's, never the submission's
+ROOM = {errno.ENOSPC: "space", errno.EDQUOT: "disk quota"}
+
+
+def out_of_room(exc, where=None) -> str | None:
+    """What ran out, in words, when `exc` is a write refused for want of room ("space", "free inodes (files)",
+    "disk quota"), and where: the file system of the folder of the file it names, else of `where`; None for
+    any other error."""
+    if not isinstance(exc, OSError) or exc.errno not in ROOM:
+        return None
+    what = ROOM[exc.errno]
+    where = os.path.dirname(os.fspath(exc.filename)) if exc.filename else where
+    if exc.errno == errno.ENOSPC and where:
+        try:
+            fs = os.statvfs(where)
+            if fs.f_files and not fs.f_favail and fs.f_bavail:  # blocks left, no inode: a file count ran out
+                what = "free inodes (files)"
+        except OSError:
+            pass
+    return f"{what} on the file system of {safe_line(os.fspath(where))}" if where else what
+
+
+class NotWritten(Exception):
+    """A grading whose files could not be written for want of room (`out_of_room`): no row, graded again by the
+    next run."""
+
+    def __init__(self, sub_id, exc):
+        super().__init__(f"{safe_line(sub_id)}: {exc}")
+        self.sub_id, self.exc = sub_id, exc
+
+
+class OutputFull(Exception):
+    """grade_all could not write every row for want of room: `rows` holds what was graded, `unwritten` the ids
+    of the submissions whose files or gradebook row could not be saved, `why` what ran out (`out_of_room`).
+    The files and rows written are whole (write_atomic): the same command run again, once there is room,
+    grades the unwritten ones and keeps the rest."""
+
+    def __init__(self, rows, unwritten, why):
+        super().__init__(f"{len(unwritten)} row(s) could not be written: {why}")
+        self.rows, self.unwritten, self.why = rows, sorted(unwritten), why
 
 
 class Interrupted(KeyboardInterrupt):
@@ -381,7 +428,11 @@ def grade_one(sub_id: str, path: Path, out: Path, timeout: float, call_timeout: 
             return _write_report(report, sub_id, out, start, stopped, graded_by)
         return _grade_one(sub_id, path, out, timeout, call_timeout, start, stopped=stopped, graded_by=graded_by,
                           **options)
+    except NotWritten:  # a full disk is no grading's fault, and no row: the run says so and the next one grades it
+        raise
     except Exception as exc:  # writing its files failed (a name the file system refuses...): an error row
+        if out_of_room(exc) is not None:
+            raise NotWritten(sub_id, exc) from None
         report = GradeReport(submission=sub_id, status="error", grader_failure=True,
                              error=f"the grader failed: {type(exc).__name__}: {exc}")
         return None if stopped is not None and stopped.is_set() else row_from_report(report, time.monotonic() - start)
@@ -396,6 +447,8 @@ def _grade_one(sub_id, path, out, timeout, call_timeout, start, *, stopped=None,
         report = GradeReport(submission=sub_id, status="error", error=f"{GRADER_FAILURE}{exc}", grader_failure=True,
                              isolation=options.get("isolation", ""))
     except Exception as exc:  # the batch goes on whatever happens to one submission; the grader's failure
+        if out_of_room(exc) is not None:  # its own folders on a full disk: no row, as for its files (grade_one)
+            raise NotWritten(sub_id, exc) from None
         report = GradeReport(submission=sub_id, status="error", error=f"the grader failed: {type(exc).__name__}: "
                              f"{exc}", grader_failure=True)
     return _write_report(report, sub_id, out, start, stopped, graded_by)
@@ -517,15 +570,34 @@ def _grade_all(folder, out, *, jobs, force, timeout, call_timeout, progress, war
     jobs = jobs or os.cpu_count() or 1
     stopped = threading.Event()
     finished = set()
+    unwritten, unsaved, full = set(), set(), []  # ids without files, rows not yet in the gradebook; what ran out
+
+    def save(new=None):
+        """Write the gradebook (the rows, and `new`); on a full disk, remember which rows it lacks (a later write
+        may still save them)."""
+        try:
+            write_gradebook(out, {**rows, **(new or {})})
+        except OSError as exc:
+            if out_of_room(exc) is None:
+                raise
+            full.append(out_of_room(exc, out))
+            return
+        unsaved.clear()
 
     def record(future):
-        row = future.result()
+        try:
+            row = future.result()
+        except NotWritten as exc:  # its files could not be written: no row, and the run ends with status 2
+            unwritten.add(exc.sub_id)
+            full.append(out_of_room(exc.exc, out))
+            return
         if row is None or row.id in finished:  # None: stopped halfway, nothing written
             return
         row.fingerprint = prints.get(row.id, "")
         # saved first, counted after: a Ctrl-C in between leaves a row saved and uncounted (the final write of an
         # interrupted run takes it out again), never one counted and unsaved
-        write_gradebook(out, {**rows, row_key(row.id): row})
+        unsaved.add(row.id)
+        save({row_key(row.id): row})
         rows[row_key(row.id)] = row
         finished.add(row.id)
         if progress:
@@ -565,8 +637,10 @@ def _grade_all(folder, out, *, jobs, force, timeout, call_timeout, progress, war
                     if future.done() and not future.cancelled() and future.exception() is None:
                         record(future)
                 killed = len(todo) - len(finished) - sum(1 for f in futures if f.cancelled())
-            write_gradebook(out, rows)  # the gradebook holds the rows counted, no more (a Ctrl-C mid-record)
+            save()  # the gradebook holds the rows counted, no more (a Ctrl-C mid-record)
             raise Interrupted(rows, len(todo) - len(finished), max(killed, 0)) from None
     if not todo:
-        write_gradebook(out, rows)
+        save()
+    if unwritten or unsaved:  # (with nothing to grade, the gradebook there already holds every row)
+        raise OutputFull({k: r for k, r in rows.items() if r.id not in unsaved}, unwritten | unsaved, full[-1])
     return rows

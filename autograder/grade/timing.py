@@ -31,7 +31,10 @@ waited for a CPU while runnable (the kernel's run delay,
 /proc/self/task/<tid>/schedstat: the grader waits for an answer that is
 already there), and, when a single thread of the student's whole process
 tree worked during the block (and no thread or process started or ended
-meanwhile), the run delay of that thread (`time_student_block`). The reference modules run in
+meanwhile, and it kept the grader's own priority), the run delay of that
+thread; never so much that less is left than the CPU time both sides used in
+the block, every thread of the student's processes counted, ended ones
+included (`time_student_block`). The reference modules run in
 the grader's own thread and are timed by its CPU clock (`time.thread_time`),
 which preemption does not advance. Timed by the wall clock, the long
 reference stacked block (about 15 times a fused one) was inflated by load
@@ -60,8 +63,10 @@ is discarded.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import secrets
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -440,28 +445,47 @@ def time_student_block(remote, xs, root):
     The block is timed by the wall clock around its passes (`time_remote_block`). Taken off, as the
     machine's load and not the module's cost: the time this thread waited for a CPU while runnable (its
     run delay: it had an answer to read, or the next input to send); and, when a single thread of the
-    student's whole process tree used CPU during the block, and no task was created on the machine
-    meanwhile (a thread or process that worked and ended before it was seen), the run delay of that
-    thread. What is taken off never leaves less than the CPU time the student's process tree used during
-    the block (the kernel adds a wait to the run delay when the wait ends, so a wait begun before the
-    block can be counted in it), nor takes anything off a block that used more CPU than wall time. A
+    student's whole process tree used CPU during the block, no task was created on the machine meanwhile
+    (a thread or process that worked and ended before it was seen), and that thread kept the scheduling
+    of the grader's own thread (`_own_priority`), the run delay of that thread.
+
+    What is taken off never leaves less than the CPU time both sides of the relay used during the block:
+    the student's whole process tree, every thread that ran in it, ended ones included (the processes' own
+    CPU clocks: freeze.block_cpu_ns), and this thread's own side (writing requests, reading answers:
+    `Sandbox.relay_cpu`). So no wait counted twice takes anything of either side's work off: the kernel
+    adds a wait to the run delay when the wait ends, so a wait begun before the block can be counted in
+    it; the grader's thread and the student's both wait behind the same load at once; or a student
+    thread that keeps itself runnable at the lowest priority (nice 19, SCHED_IDLE) has a run delay that
+    is the grader's own work. Nor is anything taken off a block that used more CPU than wall time. A
     block that used several threads or processes gets no correction of the student side, so work spread
     over them cannot be hidden; nor does one where the kernel gives no schedstat.
     """
     pids = freeze.tree(root) if root is not None else []
     before, created = freeze.thread_times(pids), freeze.tasks_created()
+    spent = freeze.tree_cpu_ns(pids)
     with freeze.one_cpu(pids):
         seconds, outputs, own = time_remote_block(remote, xs)
+    after_pids = freeze.tree(root) if root is not None else []
+    cpu = freeze.block_cpu_ns(spent, after_pids) / 1e9 / len(xs)  # every thread of the tree, ended ones too
+    relay = getattr(getattr(remote, "sandbox", None), "relay_cpu", 0.0) / len(xs)  # this thread's side
     after = freeze.thread_times(pids)
     used = {key: (after[key][0] - before[key][0], after[key][1] - before[key][1]) for key in after if key in before}
-    cpu = sum(on for on, _ in used.values()) / 1e9 / len(xs)  # the student tree's CPU in the block (live threads)
     waited = own
     ran = [key for key, (on, _) in used.items() if on > 0]
     if before and created is not None and freeze.tasks_created() == created and set(before) == set(after) \
-            and len(ran) == 1:  # one thread did all the work, and no task started or ended meanwhile
-        waited += max(used[ran[0]][1], 0) / 1e9 / len(xs)
-    net = max(seconds - waited, min(seconds, cpu))
+            and len(ran) == 1 and _own_priority(*ran[0]):  # one thread did all the work, and no task started or
+        waited += max(used[ran[0]][1], 0) / 1e9 / len(xs)  # ended meanwhile
+    net = max(seconds - waited, min(seconds, cpu + relay))
     return net, outputs, seconds - net
+
+
+def _own_priority(pid, tid):
+    """Whether thread `tid` of the student process `pid` is scheduled as the grader's own thread is (the
+    normal policy, its nice value or a higher priority): a thread that lowered its own priority waits for a
+    CPU by its own choice, and that wait is no load of the machine to take off."""
+    theirs = freeze.priority(pid, tid)
+    ours = freeze.priority(os.getpid(), threading.get_native_id())
+    return theirs is not None and ours is not None and theirs[0] == freeze.SCHED_OTHER and theirs[1] <= ours[1]
 
 
 def serialization_cost(xs):

@@ -22,6 +22,7 @@ process.py's StudentProcess; a module built in it is a RemoteModule (remote.py).
 from __future__ import annotations
 
 import itertools
+import re
 import signal
 import struct
 import sys
@@ -32,6 +33,7 @@ from autograder.sandbox.errors import StudentError
 from autograder.sandbox.limits import Limits
 from autograder.sandbox.process import StudentProcess
 from autograder.sandbox.remote import RemoteModule, signature
+from autograder import MODULES
 from autograder.scoring import NOT_HANDED_IN
 
 MAX_STRIKES = 2  # crashes or timeouts of one module before its checks stop running
@@ -49,6 +51,8 @@ class Sandbox(StudentProcess):
         self._handles = itertools.count(1)
         self._objects = {}  # handle -> (generation, module)
         self.strikes = {}  # module -> [messages]
+        self.given_up = {}  # module -> why its calls are no longer run: the first call timeout or memory limit it met
+        self.relay_cpu = 0.0  # seconds of CPU this thread used in the span of the last exchange (`exchange`)
 
     # -- framing ------------------------------------------------------------
     @staticmethod
@@ -75,7 +79,8 @@ class Sandbox(StudentProcess):
     def exchange(self, owner, requests, timeout=None, context="your code", answer_limit=MAX_ANSWER):
         """Send `requests`, each only once the answer to the one before it has been read back whole; return
         (the answer dicts, seconds from sending the first to reading the last answer by this process's clock,
-        seconds of them this thread waited for a CPU while runnable: its run delay, the machine's load).
+        seconds of them this thread waited for a CPU while runnable: its run delay, the machine's load). The
+        seconds of them this thread ran on a CPU (writing requests, reading answers) are left in `relay_cpu`.
 
         So the student process holds a request's data only from the moment it is sent on: a timed block's
         passes arrive one at a time (autograder/grade/timing.py). Every request is encoded before the first
@@ -86,6 +91,8 @@ class Sandbox(StudentProcess):
         if module not in self.available:
             why = self.intake.get("missing", {}).get(module) or self.refused.get(f"{module}.py")
             raise StudentError(why or NOT_HANDED_IN, "missing")
+        if module in self.given_up:  # it met the call timeout or the memory limit once: no check meets it again
+            raise StudentError(f"not run: {self.given_up[module]}", "gave-up")
         if len(self.strikes.get(module, ())) >= MAX_STRIKES:
             raise StudentError(
                 f"not run: {module}.py already crashed or timed out {MAX_STRIKES} times "
@@ -98,16 +105,20 @@ class Sandbox(StudentProcess):
             # a measurement of a neighbour may stop this call's process: that time is not counted
             deadline = batchlock.Deadline(timeout)
             stdin, raw = self._proc.stdin, []
-            waited, begin = freeze.own_run_delay(), time.perf_counter()  # read next to each other: a wait counts
-            for frame in frames:  # in the run delay when it ends, so one outside the span must not fall between
-                stdin.write(frame)
+            (ran, waited), begin = freeze.own_schedstat(), time.perf_counter()  # read next to each other: a
+            for frame in frames:  # wait counts in the run delay when it ends, so one outside the span must not
+                stdin.write(frame)  # fall between
                 stdin.flush()
                 raw.append(self._read_raw(deadline, answer_limit))
             seconds = time.perf_counter() - begin
-            waited = (freeze.own_run_delay() - waited) / 1e9
+            ran_after, waited_after = freeze.own_schedstat()
+            waited = (waited_after - waited) / 1e9
+            self.relay_cpu = (ran_after - ran) / 1e9  # this thread's own CPU in the span: its side of the relay
             answers = _decoded(raw, deadline)
         except TimeoutError:
             self._strike(module, f"no answer within {timeout:g} s")
+            self.given_up[module] = (f"{module}.py did not finish {context} within {timeout:g} s in an earlier check "
+                                     "(an infinite loop, or far too slow?)")
             raise StudentError(f"{context} did not finish within {timeout:g} s "
                                "(an infinite loop, or far too slow?)", "timeout") from None
         except (EOFError, OSError, struct.error):
@@ -146,6 +157,8 @@ class Sandbox(StudentProcess):
         if not answer.get("ok"):
             err = _error_fields(answer.get("error"))
             detail = (f": {err['message']}" if err["message"] else "") + self._limit_hint(err)
+            if self._out_of_memory(err):
+                self._memory_limit_met(module, context, err)
             if err.get("during_import"):
                 raise StudentError(f"importing {err['during_import']}.py raised {err['type']}{detail}",
                                    "import", err["type"], err["mro"], err.get("traceback", ""))
@@ -163,10 +176,46 @@ class Sandbox(StudentProcess):
             name = f"signal {sig}"
         return f"was killed by {name}" + (" (a crash in native code)" if sig == signal.SIGSEGV else "")
 
+    def _out_of_memory(self, err):
+        """Whether the exception `err` (`_error_fields`) comes from the memory limit."""
+        return bool(self.limits.memory_bytes) and ("MemoryError" in err["mro"]
+                                                   or "allocate memory" in f"{err['type']} {err['message']}")
+
+    def _memory_limit_met(self, module, context, err):
+        """The first call that met the memory limit ends the checks of the module whose code met it (the file of
+        the last frame of its traceback that is a student module's: a bomb in attention.py that the student's
+        mha.py calls is attention's fault, and the MHA checks stand it in, graders/blame.py), instead of each
+        check writing memory up to the limit again. Where the student's processes still hold over half the limit
+        (a bomb that keeps what it got), the process starts afresh, so that no other module's calls meet that
+        memory; one that let it go keeps running (a restart costs a start, and the modules built in it)."""
+        files = re.findall(r'File "([^"/]+)\.py", line \d+', err.get("traceback", ""))
+        at_fault = next((f for f in reversed(files) if f in MODULES), module)
+        if at_fault not in self.given_up:
+            limit = self.limits.describe("memory_bytes")
+            self.given_up[at_fault] = (f"{at_fault}.py exceeded the memory limit ({limit} for a student process) "
+                                       f"in an earlier check, during {context}")
+            if self._resident_bytes() > self.limits.memory_bytes / 2:
+                self._kill()
+
+    def _resident_bytes(self):
+        """The resident memory of the student's processes (VmRSS, from /proc), in bytes; 0 where it cannot be read."""
+        root, total = self.process_tree_root(), 0
+        try:
+            pids = freeze.tree(root) if root is not None else []
+        except OSError:  # no /proc (macOS)
+            pids = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/status", "rb") as fh:
+                    total += next((int(line.split()[1]) << 10 for line in fh if line.startswith(b"VmRSS:")), 0)
+            except (OSError, ValueError, IndexError):
+                continue
+        return total
+
     def _limit_hint(self, err):
         """Point at the limit behind an exception that comes from one."""
         text = f"{err['type']} {err['message']}"
-        if self.limits.memory_bytes and ("MemoryError" in err["mro"] or "allocate memory" in text):
+        if self._out_of_memory(err):
             return f" (exceeded the memory limit: a student process may use {self.limits.describe('memory_bytes')})"
         if self.limits.output_bytes and "File too large" in text:
             return f" (exceeded the output limit: student code may print or write {self.limits.describe('output_bytes')})"

@@ -116,6 +116,45 @@ def cpu_ns(pid: int) -> int:
     return total
 
 
+def process_cpu_ns(pid: int) -> int | None:
+    """CPU time used so far by the process `pid`, in ns (None when it is gone): every thread that ever ran in it,
+    ended ones included, and the processes it started, ended and reaped (their time, in clock ticks, joins their
+    parent's as it reaps them). From its CPU clock, which any process may read (clock_gettime of the kernel's
+    make_process_cpuclock(pid, CPUCLOCK_SCHED); the kernel adds each thread's time to its process's as it ends),
+    or where that clock is refused from /proc/<pid>/stat's utime and stime (ticks, ended threads counted too)."""
+    fields = _stat_fields(f"/proc/{pid}/stat")
+    try:
+        reaped = int((int(fields[13]) + int(fields[14])) * _TICK_NS)  # cutime + cstime: reaped children
+        return time.clock_gettime_ns(((~pid) << 3) | 2) + reaped
+    except (TypeError, ValueError, IndexError):
+        return None
+    except (OSError, AttributeError, OverflowError):
+        return int((int(fields[11]) + int(fields[12])) * _TICK_NS) + reaped
+
+
+def tree_cpu_ns(pids) -> dict[int, int]:
+    """{pid: `process_cpu_ns`} of every process of `pids` still there."""
+    return {pid: ns for pid, ns in ((pid, process_cpu_ns(pid)) for pid in pids) if ns is not None}
+
+
+def block_cpu_ns(before: dict[int, int], pids) -> int:
+    """The CPU time, in ns, the processes `pids` used since `before` (a `tree_cpu_ns` reading): every thread that
+    ran, ended ones included; a process that was not there before counts from its start."""
+    return sum(max(ns - before.get(pid, 0), 0) for pid, ns in tree_cpu_ns(pids).items())
+
+
+SCHED_OTHER = 0  # the normal scheduling policy of sched(7), as /proc/<pid>/task/<tid>/stat gives it (field 41)
+
+
+def priority(pid: int, tid: int) -> tuple[int, int] | None:
+    """(scheduling policy, nice value) of thread `tid` of `pid`, or None when it is gone."""
+    fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
+    try:
+        return int(fields[38]), int(fields[16])
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
 def thread_times(pids) -> dict[tuple[int, int], tuple[int, int]]:
     """{(pid, tid): (ns on a CPU, ns waiting for one while runnable)} of every thread of `pids`, from
     /proc/<pid>/task/<tid>/schedstat (threads without one are left out)."""
@@ -249,8 +288,14 @@ def frozen(root: int | None, descendants: bool = True):
 def own_run_delay() -> int:
     """Nanoseconds the calling thread has waited for a CPU while runnable (its run delay), or 0 where the kernel
     gives no schedstat."""
+    return own_schedstat()[1]
+
+
+def own_schedstat() -> tuple[int, int]:
+    """(ns the calling thread has run on a CPU, ns it has waited for one while runnable: its run delay), read
+    together; where the kernel gives no schedstat, its CPU clock and no run delay."""
     times = _schedstat(os.getpid(), threading.get_native_id())
-    return times[1] if times is not None else 0
+    return times if times is not None else (time.thread_time_ns(), 0)
 
 
 @contextmanager

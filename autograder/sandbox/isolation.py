@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from autograder import LEVELS, NAMESPACES_REMEDY
-from autograder.sandbox import channel
+from autograder.sandbox import channel, uids
 from autograder.sandbox.errors import GraderUnavailable
 from autograder.sandbox.limits import WRITABLE, Limits, forbidden_paths, student_env
 
@@ -91,11 +91,20 @@ def _probe(level, python):
         config = {"probe": True, "isolation": level, "log": str(tmp / "log"), "cwd": str(tmp / "work"),
                   "home": str(tmp / "home"), "root": str(tmp / "root"), "limits": Limits().to_dict(),
                   "writable": WRITABLE, "forbidden": forbidden_paths(), "refuse": refusals(True)}
+        lease = None
+        if os.geteuid() == 0:  # the probe drops root as a student process does: to a uid of its own
+            try:
+                lease = uids.allocate()
+            except OSError as exc:
+                return f"no uid for the student process: {exc}"
+            config["uid"] = lease.uid
         try:
             proc = subprocess.Popen([python, "-I", str(CHILD), json.dumps(config)], stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=tmp / "work",
                                     env=student_env(tmp / "home"), start_new_session=True)
         except OSError as exc:
+            if lease is not None:
+                lease.release()
             return f"cannot start {python}: {exc}"
         try:
             answer = read_handshake(proc.stdout.fileno(), time.monotonic() + 60)
@@ -110,6 +119,8 @@ def _probe(level, python):
                 pass
             proc.wait()
             proc.stdout.close()
+            if lease is not None:
+                lease.release()
     if answer.get("ready") and answer.get("isolation") == level:
         return None
     return str(answer.get("error") or "the probe did not confirm the level")

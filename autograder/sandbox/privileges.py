@@ -14,11 +14,14 @@ import sys
 #: this process's libc.py, given by the student process as it loads this file (student_process._sibling)
 libc = None
 
-SANDBOX_UID_BASE = 1_500_000  # root runs each student process as a uid of its own, above the usual ranges
-
-
-def sandbox_uid():
-    return SANDBOX_UID_BASE + os.getpid() % 100_000
+def sandbox_uid(config):
+    """The uid root drops to: the one the trusted side leased for this grading (autograder/sandbox/uids.py: no
+    other live grading of the machine holds it), given in the config."""
+    uid = config.get("uid")
+    if not isinstance(uid, int) or isinstance(uid, bool) or uid <= 0:
+        raise libc.SetupFailed("no sandbox uid was leased for this process (the trusted side runs as root and gives "
+                               "one: autograder/sandbox/uids.py)")
+    return uid
 
 
 def drop_root(writable, uid):

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from autograder import MODULES
-from autograder.sandbox import batchlock
+from autograder.sandbox import batchlock, uids
 from autograder.sandbox.diskguard import DiskGuard
 from autograder.sandbox.errors import GraderUnavailable
 from autograder.sandbox.forkclient import Worker
@@ -99,6 +99,7 @@ class StudentProcess:
         self._generation = 0
         self.restarts = 0
         self.started_at = self.ready_at = None  # wall-clock times of the last start, for the benchmark
+        self._lease = None  # as root: the uid the student processes run as, leased until close (uids.py)
 
     # -- process management -------------------------------------------------
     def start(self):
@@ -129,7 +130,9 @@ class StudentProcess:
                   "isolation": self.level, "limits": self.limits.to_dict(), "writable": WRITABLE,
                   "env": student_env(self._home),
                   "forbidden": forbidden_paths(self.submission, *filter(None, [self.intake.get("source")])),
-                  "refuse": refusals(False)}
+                  "refuse": refusals(False), "restart": self._generation > 1}
+        if os.geteuid() == 0:  # student code never runs as root: a uid no other live grading holds
+            config["uid"] = self._sandbox_uid()
         self._proc = None
         with batchlock.spawning():  # in a class run, a measurement stops this process from its first instant
             self._spawn(config)
@@ -148,6 +151,16 @@ class StudentProcess:
                 cwd=self._work, env=config["env"], start_new_session=True,
             )
         batchlock.register(self._proc.pid)  # in a class run, other gradings' speed checks stop this tree
+
+    def _sandbox_uid(self):
+        """The uid leased for this grading's student processes (every restart runs as the same one, released by
+        `close`); GraderUnavailable when none can be leased."""
+        if self._lease is None:
+            try:
+                self._lease = uids.allocate()
+            except OSError as exc:
+                raise GraderUnavailable(f"no uid for the student process: {exc}") from None
+        return self._lease.uid
 
     def _guard_disk(self):
         if self.level != "namespaces":  # folders on the disk, not size-capped mounts: a guard holds them to it
@@ -199,6 +212,9 @@ class StudentProcess:
 
     def close(self):
         self._kill()
+        if self._lease is not None:  # any process still running as the uid goes with it
+            self._lease.release()
+            self._lease = None
         remove_tree(self._tmp)
 
     def process_tree_root(self):

@@ -110,7 +110,7 @@ def _confine_namespaces(config):
     """Enter new namespaces; the caller stays behind as the keeper of PID 1 of the new PID namespace."""
     uid, gid = os.getuid(), os.getgid()  # read before unsharing: an unmapped namespace shows 65534
     root_user = os.geteuid() == 0
-    student_uid = _privileges.sandbox_uid()  # from this pid: inside, the student process is PID 1
+    student_uid = _privileges.sandbox_uid(config) if root_user else None  # leased by the trusted side
     _namespaces.unshare_pid(root_user, uid, gid)
     _keeper.keep((_channel.IN, _channel.OUT))  # the child is PID 1 of the new PID namespace; it goes on
     _namespaces.unshare_the_rest()
@@ -170,7 +170,7 @@ def _enter(config):
         else:
             _keeper.keep((_channel.IN, _channel.OUT))
             if os.geteuid() == 0:  # never root: a uid of its own, that owns its copy and its temp folder
-                _privileges.drop_root([config["cwd"], config["home"]], _privileges.sandbox_uid())
+                _privileges.drop_root([config["cwd"], config["home"]], _privileges.sandbox_uid(config))
         step = "limits"
         _apply_limits(config.get("limits", {}))
         _libc.prctl(_libc.PR_SET_NO_NEW_PRIVS, 1)  # no setuid program gives student code privileges back
@@ -263,14 +263,21 @@ def _cuda_problem():
     return None
 
 
-def main(isolation, limits, warm=True):
+def main(isolation, limits, warm=True, settle=False):
+    """Serve the grader, once the steps before student code are taken. A cold process warms up (`_warm_up`) in a
+    thread beside the handshake, while the grader imports torch itself; with `settle` (a process started again
+    after a crash or a timeout, which the grader only waits for), before the handshake: under load the warm-up
+    took seconds, and the first call that met it timed out (each call of a module that meets the call timeout
+    ends its checks: autograder/sandbox/client.py)."""
     # before the submission is on sys.path: a student file named like a module that starting CUDA imports must
     # not run then, and make the CUDA checks skip
     cuda_problem = _cuda_problem()
     _bound_address_space(limits)
     _second_wall(isolation)
+    if warm and settle:  # a restart: the grader waits for it anyway, and no call's timeout pays for the warm-up
+        _warm_up()  # (before the submission is on sys.path: no student file is imported by it)
     sys.path.insert(0, _SUBMISSION)  # from here on, imports may find student files
-    if warm:
+    if warm and not settle:
         _request_server.warming.start()
     _apply_process_limit(limits)
     _handshake(ready=True, pid=os.getpid(), isolation=isolation, cuda_problem=cuda_problem)
@@ -278,4 +285,4 @@ def main(isolation, limits, warm=True):
 
 
 if __name__ == "__main__":
-    main(_ISOLATION, _CONFIG.get("limits", {}))
+    main(_ISOLATION, _CONFIG.get("limits", {}), settle=bool(_CONFIG.get("restart")))
