@@ -4,8 +4,8 @@ Runs the timed measurement of a grading (autograder.grade.timing.measure_for_gra
 retries included: exactly what a grading runs, and what its structure and two
 speed checks read, `timing.earns`) RUNS times on each of: the honest modules
 (the reference fused module, the corpus's einsum and SDPA variants, and a fused
-module with a value bug, Wq, Wk and Wv with a bias: speed is judged whatever
-the values), which must pass every check every time; and the cheating ones,
+module with a value bug, Wq, Wk and Wv with a bias, and one whose split is view
+alone: speed is judged whatever the values), which must pass every check every time; and the cheating ones,
 which must fail every time: a fused module that returns zeros, one that returns
 its input, one that loops over the heads, the corpus's hidden loops (tests/corpus/
 attacks.toml: a dispatch mode switched off, a patched counter, passes batched
@@ -41,7 +41,8 @@ from autograder.sandbox.client import Sandbox  # noqa: E402
 from tests.corpus import load_attacks, load_corpus, materialize  # noqa: E402
 
 CHUNK = 25
-HONEST = ("reference", "mha-fused-einsum", "mha-fused-sdpa-is-causal", "mha-fused-qkv-bias-always")
+HONEST = ("reference", "mha-fused-einsum", "mha-fused-sdpa-is-causal", "mha-fused-qkv-bias-always",
+          "mha-fused-view-without-transpose")
 CHEATS = ("mha-fused-returns-zeros", "mha-fused-returns-input", "mha-fused-loop-over-heads",
           "hidden-loop-dispatch-mode-off", "hidden-loop-patched-counter",
           "hidden-loop-batched-through-base", "hidden-loop-batched-through-storage", "hidden-loop-reads-ahead",

@@ -233,12 +233,17 @@ def block(reps=REPS, seed=0):
     """(`reps` inputs (reps, B, T, d_in), their squares): the inputs of a timed block, and where in it the work of
     attention shows (`work_skipped`).
 
-    Each whole group of four inputs is a square: an input x (every token drawn afresh), x with the token at one
-    position p replaced, x with every other token replaced, and x with both replaced; p is drawn for each
+    Each whole group of four inputs is a square: an input x (every token drawn afresh), x with a part of the
+    token at one position p replaced (half its features, drawn for each square), x with everything else
+    replaced (the token's other features and every other token), and x with both replaced; p is drawn for each
     square, never the first position or the last (a causal mask, or one the wrong way round, still lets the
-    other positions see it). The inputs of a block are in an order drawn from the seed too, so nothing but
-    their values tells a pass where its input stands; a square is (its four indices in the block, p). Every
-    input differs from every other, as before (nothing to cache)."""
+    other positions see it). Half a token, not all of it: the two halves of the token at p meet in products
+    within any head that holds them both, so the work shows however the heads are cut out of the projections
+    (`view(B, H, T, head_dim)` alone, at 64 heads over 4 tokens, puts each token in heads of its own: no head
+    mixes two tokens there, yet each multiplies queries and keys of that token). The inputs of a block are in
+    an order drawn from the seed too, so nothing but their values tells a pass where its input stands; a square
+    is (its four indices in the block, p). Every input differs from every other, as before (nothing to
+    cache)."""
     s = SIZES
     gen = torch.Generator().manual_seed(seed)
     xs = torch.randn(reps, s["batch"], s["tokens"], s["d_in"], generator=gen)  # (reps, B, T, d_in)
@@ -246,10 +251,11 @@ def block(reps=REPS, seed=0):
     for g in range(reps // 4):
         x, at_p, others, both = xs[4 * g:4 * g + 4].clone()  # (B, T, d_in) each, all drawn afresh
         p = int(torch.randint(1, s["tokens"] - 1, (1,), generator=gen))
-        rest = [t for t in range(s["tokens"]) if t != p]
-        at_p[:, rest] = x[:, rest]  # x, but for the token at p
-        others[:, p] = x[:, p]  # x, but for the tokens elsewhere
-        both[:, p], both[:, rest] = at_p[:, p], others[:, rest]  # x, but for every token
+        part = torch.zeros(s["tokens"], s["d_in"], dtype=torch.bool)  # (T, d_in): half the features of token p
+        part[p, torch.randperm(s["d_in"], generator=gen)[:s["d_in"] // 2]] = True
+        at_p = torch.where(part, at_p, x)  # x, but for that part
+        others = torch.where(part, x, others)  # x, but for everything else
+        both = torch.where(part, at_p, others)  # x, but for everything
         drawn += [x, at_p, others, both]
         squares.append((4 * g, 4 * g + 1, 4 * g + 2, 4 * g + 3, p))
     drawn += list(xs[4 * len(squares):])
@@ -260,19 +266,23 @@ def block(reps=REPS, seed=0):
 
 
 #: The work of attention shows in a square of inputs (`block`) as an interaction: at the positions other than p,
-#: out(x) - out(x with p replaced) - out(x with the rest replaced) + out(x with both) is far from zero, as the
-#: weights of token p depend on the other tokens (their queries and keys). A module that mixes positions with
-#: weights of its own (a running sum), works on each position alone, or returns zeros or its input gives zero
-#: there up to rounding (at most 5e-7 of its largest output); the reference fused module gives at least 0.037
-#: (1 head) and 0.069 (64 heads), a fused module with the scores divided by sqrt(d_out) 0.0085 (the smallest
-#: of the corpus's value bugs; 40-200 blocks each): the threshold sits 85x below that and 200x above rounding.
+#: out(x) - out(x, half of token p replaced) - out(x, the rest replaced) + out(x, both) is far from zero, as
+#: the output there depends on token p through products: its key with the other tokens' queries, the two halves
+#: of its own query and key within a head. A module that mixes positions with weights of its own (a running
+#: sum), works on each position alone, or returns zeros or its input gives zero there up to rounding (at most
+#: 1.0e-6 of its largest output); the reference fused module gives at least 0.029 (1 head) and 0.050 (64
+#: heads), a split by view alone 0.058, a fused module with the scores divided by sqrt(d_out) 0.0066 (the
+#: smallest of the corpus's value bugs; every square of 200 blocks each): the threshold sits 66x below that and
+#: 100x above rounding. (Whole tokens at p, until 2026-11-28, gave no interaction for a split by view alone:
+#: docs/performance/index.md.)
 INTERACTION = 1e-4
 
 
 def work_skipped(outputs, xs, squares, d_out):
     """What the timed outputs of a block (one per input of `xs`) show instead of the work of attention, or ""
-    when every square of inputs (`block`) shows it: an output at one position that depends on the token at
-    another one jointly with the rest (through products of queries and keys), whatever its values.
+    when every square of inputs (`block`) shows it: an output at one position that depends on a part of the
+    token at another one jointly with the rest of the input (through products of queries and keys), whatever
+    its values.
 
     Read from the outputs alone, in the trusted process; nothing the student process says about itself counts."""
     if not isinstance(outputs, list) or len(outputs) != len(xs):
@@ -294,14 +304,14 @@ def work_skipped(outputs, xs, squares, d_out):
             rest = [t for t in range(square[0].shape[1]) if t != p]
             moved = [(square[0] - square[1])[:, rest], (square[2] - square[3])[:, rest]]  # token p: (B, T - 1, d_out)
             if all(_largest(m) <= INTERACTION * scale for m in moved):
-                return ("the output at a position did not change when the tokens at the other positions did "
+                return ("the outputs at the other positions did not change when the token at one position did "
                         "(each position's output depends on its own token alone, or on none: no attention "
                         "between positions)")
             interaction = (square[0] - square[1] - square[2] + square[3])[:, rest]  # (B, T - 1, d_out)
             if _largest(interaction) <= INTERACTION * scale:
                 return ("its outputs mixed the positions with weights that do not depend on the tokens (a change "
-                        "of one token moved the other positions' outputs the same way whatever the other tokens "
-                        "were: no products of queries and keys)")
+                        "of half of one token's features moved the other positions' outputs the same way whatever "
+                        "the rest of the input was: no products of queries and keys)")
     return ""
 
 

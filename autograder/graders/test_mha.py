@@ -661,8 +661,8 @@ def counts_hint(counts):
 SKIPPED = ("no speed points: the timed forward passes of MultiHeadAttention did not do the work of attention, "
            "whatever their values")
 SKIPPED_WHY = ("Speed is graded for a module that does that work (an output at one position that depends on the "
-               "tokens at the others jointly, through products of queries and keys), right values or not: "
-               "the value checks grade the values")
+               "token at another jointly with the rest of the input, through products of queries and keys), right "
+               "values or not: the value checks grade the values")
 #: What a public stand-in for a crashing part is, in the words of the note (autograder/sandbox/standin.py, PUBLIC).
 PUBLIC_STAND_IN = {"merge": "a transpose and a reshape", "split": "a reshape and a transpose", "mask": "a tril",
                    "attention": "the formula of attention"}
