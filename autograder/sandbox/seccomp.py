@@ -376,7 +376,9 @@ def build_filter(arch, own_pid, default=RET_ERRNO | errno.EPERM):
         emit(_RET, RET_ERRNO | errno.EPERM)
     tree(entries)
 
-    eperm = default       # the argument checks' refusals: EPERM, or logged (and allowed) in the logging mode
+    # The argument checks' refusals: EPERM in the kernel (a loop over every pid costs nothing outside), or logged
+    # and allowed in the logging mode. Only the calls outside the lists go to a listener.
+    eperm = RET_LOG if default == RET_LOG else RET_ERRNO | errno.EPERM
     label("own")          # signals, pidfd_open: args[0] is a pid_t, compared on its low half
     emit(_LD_W_ABS, _OFF_ARG[0])
     emit(_JEQ, own_pid, jf=1)
@@ -544,8 +546,8 @@ def restrict(own_pid=None, log=False, notify=False):
 
 
 def answer(listener, seen, report):
-    """Answer one call that the filter of ``restrict(notify=True)`` passed to ``listener`` (one outside the lists, or
-    refused by an argument check) with EPERM, as the filter itself would, and call ``report(name)`` the first time
+    """Answer one call that the filter of ``restrict(notify=True)`` passed to ``listener`` (one outside the lists:
+    those refused by an argument check get EPERM from the filter itself) with EPERM, as the filter itself would, and call ``report(name)`` the first time
     its number is seen (``seen``: a set, kept between calls). Returns False once the listener fails (closed, or no
     process under the filter is left), True otherwise (a call answered, or gone before it could be).
 

@@ -191,9 +191,10 @@ def _enter(config):
 
 def _second_wall(level):
     """The seccomp filter (autograder/sandbox/seccomp.py), at every level, once confinement is done and before any
-    student code: no socket, no connect, no ptrace or process_vm_*, no signal to another process, no keyctl, bpf,
-    userfaultfd, perf_event_open, io_uring, mount or new namespace. Installed for every thread (TSYNC), after CUDA
-    has started (its driver opens what it needs first). The process also becomes non-dumpable: another student's
+    student code: an allowlist of the calls student code and torch need; the calls that name a process only for
+    this one; no IPC object, socket, ptrace, mount or new namespace. Installed for every thread (TSYNC), after CUDA
+    has started (its driver opens what it needs first). The calls outside its lists go to its listener, which the
+    keeper gets (`_send_listener`): it refuses them and names them in the student's output. The process also becomes non-dumpable: another student's
     code of the same uid (the none level) may not read its memory through /proc/<pid>/mem. A refusal ends the
     process with a handshake that says why: the grader's failure, never the student's."""
     if not sys.platform.startswith("linux"):  # macOS: resource limits only (README, "Where the kit runs")
