@@ -527,7 +527,7 @@ def _aarch64_numbers(header):
     sixty_four = text[text.index("#if __BITS_PER_LONG == 64"):]
     sixty_four = sixty_four[:sixty_four.index("#else")]
     numbers.update({m[1]: generic[m[2]] for m in re.finditer(r"#define __NR_(\w+)\s+__NR3264_(\w+)", sixty_four)
-                    if m[2] in generic})  # __NR3264_stat, _lstat: not defined for arm64
+                    if m[2] in generic})  # __NR3264_stat and _lstat are named there but never defined
     return numbers
 
 
