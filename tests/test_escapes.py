@@ -11,12 +11,17 @@ jobs), tries at every level this machine offers, as root and as uid 65534:
   process_vm_readv its parents and every process of the grader it can find, and to read
   /proc/<pid>/{environ,mem,maps,fd,cwd,root} of the grader's (its parents up to grade-all, the servers);
 - to open TCP and UDP to listeners of the test's on 127.0.0.1;
+- to read the scheduling of the grader's processes (getpriority, sched_getaffinity: any pid's, the host's listed)
+  and of every process of its uid (PRIO_USER), to change that of an unrelated process of the user who runs
+  grade-all (nice, its process group's nice, SCHED_IDLE, affinity, I/O class), and to make System V IPC objects
+  (shared memory, message queue, semaphores), which outlive a grading;
 - to leave a daemon that writes into the output folder once the run is over.
 
 Nothing in the student process decides the outcome: each success is printed (`ESCAPED ...`), so it would
 reach the submission's report, and the test looks from outside: its listeners heard nothing, no report or file
 of the output folder holds a trace, the gradebook does not change after the run, the neighbour keeps 100, and
-the attempts did run (their last line is in the attacker's report).
+the attempts did run (their last line is in the attacker's report), the unrelated process keeps its scheduling,
+and the refused shmget is named in the attacker's output (by its keeper, outside the filter).
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import os
 import secrets
 import shutil
 import socket
+import subprocess
 import tempfile
 import threading
 import time
@@ -33,7 +39,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SOLUTIONS
+from tests.conftest import SOLUTIONS, as_uid
+from tests.test_seccomp import scheduling, seccomp
 from tests.test_environments import ROOT_USER, SPARE_UID, place, run_cli  # noqa: F401  (place: a fixture)
 
 pytestmark = [pytest.mark.grading, pytest.mark.long]
@@ -163,6 +170,32 @@ def _ptrace(libc, pid):
     libc.ptrace(17, pid, 0, 0)  # PTRACE_DETACH
 
 
+def _scheduling(libc, everyone):
+    """Other processes' scheduling: the grader's and its parents' read (getpriority and sched_getaffinity answer for
+    any pid, and list the host's), every process of its uid read (PRIO_USER), and CANARY's (an unrelated process
+    of the user who runs grade-all, in a process group of its own) changed: nice, group's nice, SCHED_IDLE,
+    affinity, I/O class. Then System V IPC objects, which would outlive the grading."""
+    libc.syscall.restype = _ct.c_long
+
+    def call(*args):
+        if libc.syscall(*[_ct.c_long(a) for a in args]) < 0:
+            raise OSError(_ct.get_errno(), "refused")
+
+    for pid in everyone:
+        _try("getpriority of pid %d" % pid, lambda: _os.getpriority(_os.PRIO_PROCESS, pid))
+        _try("sched_getaffinity of pid %d" % pid, lambda: _os.sched_getaffinity(pid))
+    _try("getpriority of every process of uid %d" % _os.getuid(), lambda: _os.getpriority(_os.PRIO_USER, _os.getuid()))
+    _try("setpriority of pid %d" % CANARY, lambda: _os.setpriority(_os.PRIO_PROCESS, CANARY, 19))
+    _try("setpriority of process group %d" % CANARY, lambda: _os.setpriority(_os.PRIO_PGRP, CANARY, 19))
+    _try("SCHED_IDLE for pid %d" % CANARY,
+         lambda: _os.sched_setscheduler(CANARY, _os.SCHED_IDLE, _os.sched_param(0)))
+    _try("sched_setaffinity of pid %d" % CANARY, lambda: _os.sched_setaffinity(CANARY, {min(_os.sched_getaffinity(0))}))
+    _try("ioprio_set of pid %d" % CANARY, lambda: call(NR["ioprio_set"], 1, CANARY, 3 << 13))  # WHO_PROCESS, IDLE
+    _try("a System V shared memory segment", lambda: call(NR["shmget"], 0, 1 << 20, 0o1600))  # IPC_PRIVATE
+    _try("a System V message queue", lambda: call(NR["msgget"], 0, 0o1600))
+    _try("a System V semaphore set", lambda: call(NR["semget"], 0, 1, 0o1600))
+
+
 def _daemon():
     """A daemon that waits for its student process to end (the run is over for it), then writes into OUT."""
     student = _os.getpid()
@@ -215,6 +248,7 @@ def _escape():
             _try("read /proc/%d/%s" % (pid, entry), lambda: _read("/proc/%d/%s" % (pid, entry)))
         for entry in ("fd", "cwd", "root"):
             _try("list /proc/%d/%s" % (pid, entry), lambda: _os.listdir("/proc/%d/%s" % (pid, entry)))
+    _scheduling(libc, everyone)
     _daemon()
     print("ESCAPE ATTEMPTS DONE", flush=True)
 
@@ -309,8 +343,13 @@ def test_every_escape_is_refused_and_the_neighbour_keeps_100(place, level, user,
     klass = top / "class"
     shutil.copytree(SOLUTIONS, klass / "neighbour")
     shutil.copytree(SOLUTIONS, klass / "attacker")
+    # an unrelated process of the user who runs grade-all: its scheduling must not change
+    canary = subprocess.Popen([*(as_uid([]) if user == "user" and ROOT_USER else []), "sleep", "600"],
+                              start_new_session=True)
+    column = seccomp._ARCHES[seccomp._machine()][0]
+    numbers = {name: seccomp._NUMBERS[name][column] for name in ("ioprio_set", "shmget", "msgget", "semget")}
     constants = (f"\nOUT = {str(out)!r}\nNAMED = {listeners.named!r}\nABSTRACT = {listeners.abstract!r}\n"
-                 f"TCP = {listeners.tcp}\nUDP = {listeners.udp}\n")
+                 f"TCP = {listeners.tcp}\nUDP = {listeners.udp}\nCANARY = {canary.pid}\nNR = {numbers!r}\n")
     masks = klass / "attacker" / "masks.py"
     masks.write_text(masks.read_text() + constants + ATTACK)
     for folder, _, files in os.walk(top):
@@ -323,6 +362,8 @@ def test_every_escape_is_refused_and_the_neighbour_keeps_100(place, level, user,
                 os.chown(name, SPARE_UID, SPARE_UID)
         out.chmod(0o700)
     try:
+        time.sleep(0.2)  # setpriv has become sleep: the canary's own scheduling is the one to keep
+        canary_before = scheduling(canary.pid)
         proc = run_cli(place, user, ["grade-all", str(klass), "-o", str(out), "--jobs", "2", "--isolation", level])
         where = f"at {level} as {'root' if user == 'root' and ROOT_USER else f'uid {os.getuid() or SPARE_UID}'}"
         assert proc.returncode == 0, f"{where}: grade-all exited {proc.returncode}:\n{proc.stderr[-3000:]}"
@@ -341,8 +382,15 @@ def test_every_escape_is_refused_and_the_neighbour_keeps_100(place, level, user,
         assert not traces, (f"{where}: expected no trace of an escape in the output folder, found it in {traces}: "
                             f"{said[:10]}")
         assert (out / "gradebook.csv").read_text() == book, f"{where}: the gradebook changed after the run"
+        assert scheduling(canary.pid) == canary_before, (
+            f"{where}: an unrelated process of the user's changed scheduling: {canary_before} -> "
+            f"{scheduling(canary.pid)}")
+        assert "[sandbox] the system call shmget was refused" in printed, (
+            f"{where}: expected the refused shmget named in the attacker's output: {printed[-2000:]}")
         # the none level has no view of its own: it reads the host's /proc/net (docs/security/isolation.md)
         if level != "none":
             assert "SAW-HOST-SOCKETS" not in printed, f"{where}: student code listed the host's unix sockets"
     finally:
         listeners.close()
+        canary.kill()
+        canary.wait()

@@ -45,9 +45,12 @@ requests in autograder/sandbox/wire.py's frames (request_server.py).
 import importlib.util
 import json
 import os
+import socket
 import sys
 
 _SUBMISSION = None
+#: (the keeper's end, this process's end) of the socketpair over which the filter's listener goes to the keeper
+_REFUSALS = None
 LEVELS = ("namespaces", "landlock", "none")  # strongest first
 
 
@@ -87,11 +90,11 @@ _libc = _sibling("libc")  # the calls into Linux and the confinement steps, one 
 _namespaces = _sibling("namespaces", libc=_libc)
 _devices = _sibling("devices", libc=_libc)
 _privileges = _sibling("privileges", libc=_libc)
-_keeper = _sibling("keeper", libc=_libc)
 _rlimits = _sibling("rlimits", libc=_libc)
 _landlock_rules = _sibling("landlock_rules", libc=_libc)
 _landlock = _sibling("landlock")  # Landlock's calls, used at the landlock level
 _seccomp = _sibling("seccomp")  # the second wall at every level, installed before student code
+_keeper = _sibling("keeper", libc=_libc, seccomp=_seccomp)  # it also learns which calls the filter refused
 _wire = _sibling("wire")  # the requests' and answers' format
 _lazy_dynamo = _sibling("lazy_dynamo")  # torch._dynamo imported only if student code really uses it
 _seeding = _sibling("seeding")  # torch seeded as the grader seeds it
@@ -112,7 +115,7 @@ def _confine_namespaces(config):
     root_user = os.geteuid() == 0
     student_uid = _privileges.sandbox_uid(config) if root_user else None  # leased by the trusted side
     _namespaces.unshare_pid(root_user, uid, gid)
-    _keeper.keep((_channel.IN, _channel.OUT))  # the child is PID 1 of the new PID namespace; it goes on
+    _keeper.keep((_channel.IN, _channel.OUT), _REFUSALS)  # the child is PID 1 of the new PID namespace
     _namespaces.unshare_the_rest()
     root = _namespaces.new_root(config)
     _devices.minimal_dev(root)
@@ -157,8 +160,9 @@ def _enter(config):
     """Confine this process at the chosen level before any student code runs (see the module's docstring).
 
     Returns the level. Any refusal ends the process with a handshake that says why (`_fail`)."""
-    global _SUBMISSION
+    global _SUBMISSION, _REFUSALS
     _channel.redirect(config["log"])
+    _REFUSALS = socket.socketpair()
     _libc.refused = frozenset(config.get("refuse", ()))
     level = config.get("isolation", "none")
     step = "confinement"
@@ -168,7 +172,7 @@ def _enter(config):
         if level == "namespaces":
             _confine_namespaces(config)
         else:
-            _keeper.keep((_channel.IN, _channel.OUT))
+            _keeper.keep((_channel.IN, _channel.OUT), _REFUSALS)
             if os.geteuid() == 0:  # never root: a uid of its own, that owns its copy and its temp folder
                 _privileges.drop_root([config["cwd"], config["home"]], _privileges.sandbox_uid(config))
         step = "limits"
@@ -187,19 +191,37 @@ def _enter(config):
 
 def _second_wall(level):
     """The seccomp filter (autograder/sandbox/seccomp.py), at every level, once confinement is done and before any
-    student code: no socket, no connect, no ptrace or process_vm_*, no signal to another process, no keyctl, bpf,
-    userfaultfd, perf_event_open, io_uring, mount or new namespace. Installed for every thread (TSYNC), after CUDA
-    has started (its driver opens what it needs first). The process also becomes non-dumpable: another student's
+    student code: an allowlist of the calls student code and torch need; the calls that name a process only for
+    this one; no IPC object, socket, ptrace, mount or new namespace. Installed for every thread (TSYNC), after CUDA
+    has started (its driver opens what it needs first). The calls outside its lists go to its listener, which the
+    keeper gets (`_send_listener`): it refuses them and names them in the student's output. The process also becomes non-dumpable: another student's
     code of the same uid (the none level) may not read its memory through /proc/<pid>/mem. A refusal ends the
     process with a handshake that says why: the grader's failure, never the student's."""
     if not sys.platform.startswith("linux"):  # macOS: resource limits only (README, "Where the kit runs")
         return
     try:
         _libc.step("seccomp")
-        _seccomp.restrict()
+        listener = _seccomp.restrict(notify=True)
         _libc.prctl(_libc.PR_SET_DUMPABLE, 0)
     except (OSError, ValueError) as exc:
         _fail(f"{level} isolation failed at seccomp (as uid {os.getuid()}): {exc}")
+    _send_listener(listener)
+
+
+def _send_listener(listener):
+    """Give the filter's listener to the keeper, which refuses the calls outside the filter's lists and names them in
+    the student's output (keeper.py). Whatever happens, this process keeps no copy: with none left open the calls
+    fail (ENOSYS) instead of waiting."""
+    keeper_end, own_end = _REFUSALS
+    try:
+        if listener is not None:
+            socket.send_fds(own_end, [b"L"], [listener])
+    except OSError:
+        pass
+    finally:
+        if listener is not None:
+            os.close(listener)
+        own_end.close()
 
 
 def _import_failed(exc):
