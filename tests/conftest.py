@@ -191,10 +191,12 @@ def world_readable_tmp():
 
 
 def readable_copy(module, folder) -> Path:
-    """A copy of the file `module` in `folder` that any uid can read."""
+    """A copy of the file `module` in `folder` that any uid can read, with the files beside it that it loads by path
+    (seccomp.py's seccomp_bpf.py and seccomp_rules.py), where there are such."""
     copy = Path(folder) / Path(module).name
-    shutil.copy(module, copy)
-    copy.chmod(0o644)
+    for source in [Path(module), *sorted(Path(module).parent.glob(f"{Path(module).stem}_*.py"))]:
+        shutil.copy(source, Path(folder) / source.name)
+        (Path(folder) / source.name).chmod(0o644)
     return copy
 
 

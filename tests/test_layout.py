@@ -192,6 +192,7 @@ LAYERS = [
       "autograder.sandbox.diskguard",
       "autograder.sandbox.freeze", "autograder.sandbox.batchlock", "autograder.sandbox.uids",
       "autograder.sandbox.lazy_dynamo", "autograder.sandbox.seeding", "autograder.sandbox.seccomp",
+      "autograder.sandbox.seccomp_bpf", "autograder.sandbox.seccomp_rules",
       "autograder.sandbox.standin"}),
     ("the report: the model and its formats",
      {"autograder.report", "autograder.report.model", "autograder.report.ci", "autograder.report.html",
