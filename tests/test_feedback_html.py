@@ -323,11 +323,12 @@ def test_every_picture_is_shown_within_the_width(view, request):
         assert image["shown"] >= 300, image  # each panel near its drawn size (340 px), on a phone too: readable
 
 
-def test_every_picture_has_an_alt_naming_its_check(phone):
+def test_every_picture_has_an_alt_naming_its_check_and_where_its_numbers_are(phone):
     for image in phone["images"]:
         name = image["check"].split(": ", 1)[1].split(" (-")[0]
-        assert image["alt"] in (f"Attention weights for attention: {name}: yours",
-                                f"Attention weights for attention: {name}: the reference's")
+        assert image["alt"] in (f"Attention weights for attention: {name}: yours (numbers: the table below)",
+                                f"Attention weights for attention: {name}: the reference's (numbers: the table "
+                                "below)")
 
 
 def test_each_picture_sits_with_the_check_it_explains(phone):

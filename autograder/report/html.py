@@ -286,8 +286,9 @@ def _picture(t) -> str:
     name = f"{t.module}: {t.name.replace('`', '')}"
     caption = data.get("title") or t.name
     images = "".join(f'<img alt="{esc(alt)}" src="data:image/png;base64,{png}" width="340" height="300">'
-                     for png, alt in zip(pngs, (f"Attention weights for {name}: yours",
-                                                f"Attention weights for {name}: the reference's")))
+                     for png, alt in zip(pngs, (f"Attention weights for {name}: yours (numbers: the table below)",
+                                                f"Attention weights for {name}: the reference's (numbers: the "
+                                                "table below)")))
     tables = "".join(_numbers(data[key], f"{label} (rows: queries, columns: keys)")
                      for key, label in (("yours", "Your weights"), ("expected", "The reference's weights")))
     return (f"<figure><div class='panels'>{images}</div><figcaption>{esc(caption)}</figcaption>{tables}"
