@@ -38,17 +38,19 @@ __all__ = ["ALLOWED", "CONDITIONS", "REFUSED", "SeccompError", "allowed_names", 
            "refused_names", "restrict", "answer", "syscall_name"]
 
 
-def _sibling(name):
-    """<name>.py, beside this file, loaded by path (this module imports nothing of the kit as a package)."""
+def _sibling(name, **given):
+    """<name>.py, beside this file, loaded by path (this module imports nothing of the kit as a package); `given`
+    become its globals before it runs."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"_mha_{name}", path)
     module = importlib.util.module_from_spec(spec)
+    module.__dict__.update(given)
     spec.loader.exec_module(module)
     return module
 
 
-_bpf = _sibling("seccomp_bpf")  # the filter's program (build_filter), from the rules of seccomp_rules.py
-_rules = _bpf._rules
+_rules = _sibling("seccomp_rules")  # the calls allowed, and the tables that name them
+_bpf = _sibling("seccomp_bpf", _rules=_rules)  # the filter's program (build_filter), from those rules
 ALLOWED, CONDITIONS, REFUSED = _rules.ALLOWED, _rules.CONDITIONS, _rules.REFUSED
 _NUMBERS, _ARCHES, _CONDITIONAL = _rules._NUMBERS, _rules._ARCHES, _rules._CONDITIONAL
 _machine, _column, allowed_names, refused_names, syscall_name = (

@@ -3,21 +3,10 @@ of seccomp_rules.py's ALLOWED, checks the arguments of those of CONDITIONS, and 
 default action. Standard library only; loaded by seccomp.py by file path, beside it.
 """
 import errno
-import importlib.util
-import os
 import struct
 
-
-def _sibling(name):
-    """<name>.py, beside this file, loaded by path."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"_mha_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_rules = _sibling("seccomp_rules")
+#: seccomp_rules.py's module, given by seccomp.py as it loads this file (seccomp._sibling), before this code runs
+_rules = globals()["_rules"]
 _NUMBERS, _ARCHES, _CONDITIONAL = _rules._NUMBERS, _rules._ARCHES, _rules._CONDITIONAL
 _SIGNALS, _OWN_PROCESS = _rules._SIGNALS, _rules._OWN_PROCESS
 _column, allowed_names = _rules._column, _rules.allowed_names
