@@ -955,34 +955,38 @@ def test_a_forked_child_cannot_signal_itself_nor_the_parent_its_child():
 
 # --- unprivileged ----------------------------------------------------------------
 
+@pytest.fixture
+def unprivileged_neighbour():
+    """An unrelated process of uid 65534 (not a child of the snippet's): the calls on another process name it.
+    Killed and reaped after the test."""
+    neighbour = start_sleeper(as_uid([]))
+    yield neighbour
+    neighbour.kill()
+    neighbour.wait()
+
+
 @needs_seccomp
 @with_spare_uid_and_system_python
-def test_the_filter_works_for_an_unprivileged_user(world_readable_tmp):
+def test_the_filter_works_for_an_unprivileged_user(world_readable_tmp, unprivileged_neighbour):
     tmp = world_readable_tmp
     module = readable_copy(OTHER_MODULE or MODULE, tmp)
-    # An unrelated process of uid 65534 (not a child of the snippet's): the calls on another process name it.
-    neighbour = start_sleeper(as_uid([]))
-    try:
-        before = scheduling(neighbour.pid)
-        # Refused for uid 65534 by the filter only: without it each of these goes through.
-        attacks = ["socket_inet", "socket_unix", "kill_own_group", "kill_negative_group",
-                   "unshare_user", "perf_event_open", "io_uring_setup", *IPC_ATTACKS, *OTHER_PROCESS_ATTACKS]
-        out = run_snippet("""
-            before = {name: attempt(ATTACKS[name]) for name in P["attacks"]
-                      if name not in ("unshare_user", "kcmp_other")}
-            names = sc.restrict()
-            after = {name: attempt(ATTACKS[name]) for name in P["attacks"] + ["setpriority_user"]}
-            after["kill_parent"] = attempt(kill_parent)
-            print(json.dumps({"uid": os.getuid(), "names": names, "before": before,
-                              "after": after, "kill_self": attempt(lambda: os.kill(os.getpid(), 0))}))
-        """, interpreter="/usr/bin/python3", module=module, cwd=tmp,
-            prefix=as_uid([]), victim=neighbour.pid,
-            attacks=attacks + ["setpriority_user"])
-        # the control above changed the neighbour's scheduling (it may): start another for the refusals
-        assert scheduling(neighbour.pid) != before, "the control did not change the neighbour's scheduling"
-    finally:
-        neighbour.kill()
-        neighbour.wait()
+    before = scheduling(unprivileged_neighbour.pid)
+    # Refused for uid 65534 by the filter only: without it each of these goes through.
+    attacks = ["socket_inet", "socket_unix", "kill_own_group", "kill_negative_group",
+               "unshare_user", "perf_event_open", "io_uring_setup", *IPC_ATTACKS, *OTHER_PROCESS_ATTACKS]
+    out = run_snippet("""
+        before = {name: attempt(ATTACKS[name]) for name in P["attacks"]
+                  if name not in ("unshare_user", "kcmp_other")}
+        names = sc.restrict()
+        after = {name: attempt(ATTACKS[name]) for name in P["attacks"] + ["setpriority_user"]}
+        after["kill_parent"] = attempt(kill_parent)
+        print(json.dumps({"uid": os.getuid(), "names": names, "before": before,
+                          "after": after, "kill_self": attempt(lambda: os.kill(os.getpid(), 0))}))
+    """, interpreter="/usr/bin/python3", module=module, cwd=tmp,
+        prefix=as_uid([]), victim=unprivileged_neighbour.pid,
+        attacks=attacks + ["setpriority_user"])
+    # the control above (before the filter) may change the neighbour's scheduling, and must, or it proves nothing
+    assert scheduling(unprivileged_neighbour.pid) != before, "the control did not change the neighbour's scheduling"
     assert out["uid"] == 65534 and out["names"] == seccomp.refused_names(), out
     assert out["after"] == {name: "EPERM" for name in attacks + ["kill_parent", "setpriority_user"]}, out
     assert out["kill_self"] == "ok", out
@@ -992,22 +996,19 @@ def test_the_filter_works_for_an_unprivileged_user(world_readable_tmp):
 
 @needs_seccomp
 @with_spare_uid_and_system_python
-def test_an_unrelated_process_of_the_same_unprivileged_uid_keeps_its_scheduling(world_readable_tmp):
+def test_an_unrelated_process_of_the_same_unprivileged_uid_keeps_its_scheduling(world_readable_tmp,
+                                                                                 unprivileged_neighbour):
     tmp = world_readable_tmp
     module = readable_copy(OTHER_MODULE or MODULE, tmp)
-    neighbour = start_sleeper(as_uid([]))
-    try:
-        before = scheduling(neighbour.pid)
-        out = run_snippet("""
-            sc.restrict()
-            print(json.dumps({name: attempt(ATTACKS[name]) for name in P["attacks"]}))
-        """, interpreter="/usr/bin/python3", module=module, cwd=tmp, prefix=as_uid([]), victim=neighbour.pid,
-            attacks=["setpriority_user", "setpriority_other", "setpriority_group", "sched_setscheduler_other",
-                     "sched_setaffinity_other", "sched_setattr_other", "ioprio_set_other"])
-        after = scheduling(neighbour.pid)
-    finally:
-        neighbour.kill()
-        neighbour.wait()
+    before = scheduling(unprivileged_neighbour.pid)
+    out = run_snippet("""
+        sc.restrict()
+        print(json.dumps({name: attempt(ATTACKS[name]) for name in P["attacks"]}))
+    """, interpreter="/usr/bin/python3", module=module, cwd=tmp, prefix=as_uid([]),
+        victim=unprivileged_neighbour.pid,
+        attacks=["setpriority_user", "setpriority_other", "setpriority_group", "sched_setscheduler_other",
+                 "sched_setaffinity_other", "sched_setattr_other", "ioprio_set_other"])
+    after = scheduling(unprivileged_neighbour.pid)
     assert out == {name: "EPERM" for name in out} and len(out) == 7, f"expected EPERM for each, got {out}"
     assert after == before, f"uid 65534's other process changed scheduling: {before} -> {after}"
 
