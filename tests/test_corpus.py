@@ -107,7 +107,7 @@ def test_a_case_without_call_timeout_gets_the_suites_default_and_one_with_it_its
     assert load_corpus(path)["hostile"][0].call_timeout == 2.0
 
 
-MODULE_CASES = [  # the graders' modules and inputs (autograder/graders/test_mha.py)
+MODULE_CASES = [  # the graders' modules and inputs (parts/mha/test_mha.py)
     ("CausalAttention", (3, 4, 6), (2, 6, 3)),
     ("CausalAttention", (8, 4, 10, 0.0, True), (3, 7, 8)),
     ("StackedMultiHeadAttention", (5, 3, 8, 0.0, 4), (2, 7, 5)),

@@ -114,6 +114,7 @@ def kit_files(kit: Path = KIT) -> list[tuple[str, Path]]:
              kit / "autograder" / "graders" / "pytest.ini"]
     paths += [p for p in (kit / "autograder").rglob("*.py") if "__pycache__" not in p.parts]
     paths += list((kit / "solutions").glob("*.py"))
+    paths += [p for p in (kit / "parts").rglob("*") if p.suffix in (".py", ".toml") and "__pycache__" not in p.parts]
     return sorted((p.relative_to(kit).as_posix(), p) for p in paths)
 
 
