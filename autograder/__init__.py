@@ -5,10 +5,10 @@ __version__ = "1.1.0"  # the kit's release: `grader_cli.py --version` prints it,
 # The parts of the assignment, in teaching order: the one list of them that the kit and its tests read. Each is a
 # folder, parts/<name>/ (its solution, source notebook, hidden graders, points, ...; autograder/registry.py reads
 # it), and a module of the student contract, <name>.py. docs/contributing/parts.md says how a part is added.
-PARTS = ("attention", "heads", "masks", "mha", "positional")
+PARTS = ("attention", "heads", "masks", "mha", "positional", "kvcache")
 # The optional parts: handed out only where a course file lists them (each says `optional = true` in its
 # part.toml; tests/test_parts.py holds the two the same).
-OPTIONAL = ()
+OPTIONAL = ("kvcache",)
 # The parts handed out with no course file, in teaching order: the modules a submission is graded on by default.
 MODULES = tuple(part for part in PARTS if part not in OPTIONAL)
 
