@@ -19,6 +19,7 @@ import torch
 
 from autograder.grade import checks, timing
 from autograder.grade.checks import points
+from autograder.graders import blame
 from autograder.graders.common import params_of, randn
 from autograder.sandbox import batchlock
 from autograder.sandbox.errors import StudentError
@@ -129,15 +130,24 @@ def reference_table(d_in, context_length):
     return ref_positional.sinusoidal_encoding(context_length, d_in)
 
 
-def judged(remote, got, expected_with, what, variants_with, part="output"):
-    """checks.close of `got` against `expected_with(table)` for the contract's table; when it differs and the
-    student's table is not the contract's, the check passes if `got` is right given the student's table (with a
-    note charging positional.py). `variants_with(table)`: the mistakes' outputs, for the Likely-bug line."""
+def judged(remote, got, expected_with, what, variants_with, args=None):
+    """checks.close of `got` against `expected_with(table)` for the contract's table. When it differs, the check
+    passes with a note charging the part at fault, once, in its own module: if the student's table is not the
+    contract's and `got` is right given it (positional.py); or if the module, run again on `args` with public
+    stand-ins for the student's attention, split_heads, merge_heads or causal_mask (the operation each is asked
+    for, autograder/sandbox/standin.py), gives the contract's output (a step that calls the student's own parts
+    inherits their faults). `variants_with(table)`: the mistakes' outputs, for the Likely-bug line."""
     own = remote.table
     reference = reference_table(remote.d_in, remote.context_length)
     try:
         checks.close(got, expected_with(reference), what)
     except AssertionError as failure:
+        expected = expected_with(reference)
+        parts = None if args is None else right_given_working_parts(remote, args, lambda value: torch.allclose(
+            value[0].double(), expected.double(), rtol=1e-4, atol=1e-5) if value[0].shape == expected.shape else False)
+        if parts:
+            checks.note(blame.note(remote, parts))
+            return
         if getattr(remote, "positional_table_differs", False):
             try:
                 checks.close(got, expected_with(own), what)
@@ -150,6 +160,24 @@ def judged(remote, got, expected_with, what, variants_with, part="output"):
         table = own if getattr(remote, "positional_table_differs", False) else reference
         raise AssertionError(str(failure) + checks.likely_bug(got, variants_with(table), expected_with(table))) \
             from None
+
+
+def right_given_working_parts(remote, args, right):
+    """The fewest of the student's parts (one, else all four) whose public stand-ins make the module's answer on
+    `args`, (output, keys, values), `right` (a predicate on the three tensors); None when none does (the fault is
+    the module's own)."""
+    for parts in [*([p] for p in sorted(blame.PARTS)), sorted(blame.PARTS)]:
+        try:
+            value, _ = remote(*args, stand_ins=timing.public_stand_ins(parts))
+        except StudentError:
+            continue
+        if isinstance(value, list) and len(value) == 3 and all(isinstance(v, torch.Tensor) for v in value):
+            try:
+                if right(value):
+                    return parts
+            except AssertionError:
+                continue
+    return None
 
 
 def built(student, *args):
@@ -182,7 +210,7 @@ def test_decoding_equals_full_causal_pass(student):
         variants = lambda table: diagnose.variants(remote.params, table, remote.heads, x)  # noqa: E731
         where = first_position_unlike(got, full(remote.table))
         judged(remote, got, full, f"{what} against the full causal pass MultiHeadAttention(x + PE[:T]){where}",
-               variants)
+               variants, args=(x,))
 
 
 def given_cache(remote, t, seed):
@@ -209,7 +237,8 @@ def test_step_continues_a_given_cache(student):
         _, k, v = diagnose.decode(remote.params, table, remote.heads, prefix)
         return diagnose.variants(remote.params, table, remote.heads, x, k, v)
 
-    judged(remote, got, expected, f"{what}: the output of the token at position 5", variants)
+    judged(remote, got, expected, f"{what}: the output of the token at position 5", variants,
+           args=(x, keys, values))
 
 
 @points(2, "cache")
@@ -220,13 +249,24 @@ def test_cache_grows_by_one_entry_a_step(student):
     prefix, x, keys, values = given_cache(remote, 5, seed=60)
     (_, got_k, got_v), what = decode(remote, x, keys, values)
     _, ref_k, ref_v = diagnose.decode(remote.params, remote.table, remote.heads, x, keys, values)
-    for got, ref, given, name in ((got_k, ref_k, keys, "keys"), (got_v, ref_v, values, "values")):
-        variants = diagnose.variants(remote.params, remote.table, remote.heads, x, keys, values, part=name)
-        checks.shape(got, (2, heads, 6, head_dim), f"{what}: the {name} returned (a cache of 5 tokens, grown by one)",
-                     variants)
-        checks.close(got[:, :, :5], given, f"{what}: the first 5 {name} returned (the cache as it was given)")
-        checks.close(got[:, :, 5:], ref[:, :, 5:], f"{what}: the new token's entry of the {name} returned "
-                     "(position 5)", variants={line: v[:, :, -1:] for line, v in variants.items()})
+
+    def grown(answer):  # the keys and values returned, against the reference's: AssertionError if not
+        for got, ref, given, name in ((answer[1], ref_k, keys, "keys"), (answer[2], ref_v, values, "values")):
+            variants = diagnose.variants(remote.params, remote.table, remote.heads, x, keys, values, part=name)
+            checks.shape(got, (2, heads, 6, head_dim), f"{what}: the {name} returned (a cache of 5 tokens, grown by "
+                         "one)", variants)
+            checks.close(got[:, :, :5], given, f"{what}: the first 5 {name} returned (the cache as it was given)")
+            checks.close(got[:, :, 5:], ref[:, :, 5:], f"{what}: the new token's entry of the {name} returned "
+                         "(position 5)", variants={line: v[:, :, -1:] for line, v in variants.items()})
+        return True
+
+    try:
+        grown((None, got_k, got_v))
+    except AssertionError:
+        parts = right_given_working_parts(remote, (x, keys, values), grown)
+        if not parts:
+            raise
+        checks.note(blame.note(remote, parts))
     x = randn(2, 4, remote.d_in, seed=61)
     (_, got_k, got_v), what = decode(remote, x)
     for got, name in ((got_k, "keys"), (got_v, "values")):
