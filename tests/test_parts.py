@@ -96,9 +96,12 @@ def missing_pieces(name: str, parts_root: Path = registry.PARTS_DIR, kit: Path =
         else:
             if not points.checks:
                 missing.append(f"graders with points: no test in parts/{name}/test_{name}.py carries @points(...)")
-        if "diagnose." not in graders.read_text(encoding="utf-8"):
-            missing.append(f"diagnoses: parts/{name}/test_{name}.py names no cause (checks.with_hint(..., "
-                           f"diagnose.<hint>)), autograder/grade/diagnose.py")
+        text = graders.read_text(encoding="utf-8")
+        if f"from parts.{name} import diagnose" not in text or "diagnose." not in text:
+            missing.append(f"graders that name causes: parts/{name}/test_{name}.py imports its diagnoses "
+                           f"(from parts.{name} import diagnose) and uses them (checks.with_hint(..., diagnose....))")
+    if not (folder / "diagnose.py").is_file():
+        missing.append(f"its diagnoses, parts/{name}/diagnose.py (the known mistakes, computed from the reference)")
 
     if f'@check("{name}",' not in (kit / "autograder" / "selfcheck.py").read_text(encoding="utf-8"):
         missing.append(f'public checks in autograder/selfcheck.py (@check("{name}", ...))')
@@ -135,6 +138,7 @@ def test_the_checklist_names_what_a_scratch_part_lacks(tmp_path):
     shutil.copytree(registry.PARTS_DIR / "masks", tmp_path / "rotary", ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "rotary" / "test_masks.py").rename(tmp_path / "rotary" / "test_rotary.py")
     (tmp_path / "rotary" / "__init__.py").unlink()
+    (tmp_path / "rotary" / "diagnose.py").unlink()
     text = (tmp_path / "rotary" / "notebook.ipynb").read_text(encoding="utf-8")
     (tmp_path / "rotary" / "notebook.ipynb").write_text(text.replace('"masks-code"', '"rotary-code"'))
     graders = tmp_path / "rotary" / "test_rotary.py"
@@ -145,6 +149,9 @@ def test_the_checklist_names_what_a_scratch_part_lacks(tmp_path):
         "the nbgrader cell rotary-hidden-graders (the task cell that states the points) in "
         "parts/rotary/notebook.ipynb",
         "graders with points: no test in parts/rotary/test_rotary.py carries @points(...)",
+        "graders that name causes: parts/rotary/test_rotary.py imports its diagnoses (from parts.rotary import "
+        "diagnose) and uses them (checks.with_hint(..., diagnose....))",
+        "its diagnoses, parts/rotary/diagnose.py (the known mistakes, computed from the reference)",
         'public checks in autograder/selfcheck.py (@check("rotary", ...))',
         'a corpus case: a planted bug in rotary.py in tests/corpus/submissions.toml (module = "rotary")',
         "examples/buggy-student/rotary.py (a part handed out by default is in every example)",
