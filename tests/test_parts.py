@@ -5,7 +5,6 @@ otherwise show as a traceback somewhere in the kit (the release, a grading, the 
 part, and what of the checklist is missing. `missing_pieces` is the checklist; each requirement is one line of
 it, in the order of the docs page.
 """
-import ast
 import json
 import re
 from pathlib import Path
@@ -16,17 +15,16 @@ import autograder
 from autograder import registry, release
 from autograder.submission.notebooks import notebook_name
 from tests.conftest import ROOT
-
-#: Where the public checks of every part are written (each part's: `@check("<name>", ...)`), shipped as is.
-SELF_CHECK = ROOT / "autograder" / "selfcheck.py"
-#: The planted-bug corpus (a case's `module` is the part it plants a bug in).
-CORPUS = ROOT / "tests" / "corpus" / "submissions.toml"
-#: The sample submissions every part handed out by default has a file in (examples/*/<name>.py).
-EXAMPLES = sorted(p for p in (ROOT / "examples").iterdir() if p.is_dir())
+from tests.corpus import tomllib  # (Python 3.10: tomli)
 
 
-def _corpus_modules(text: str) -> set[str]:
-    return set(re.findall(r'^module\s*=\s*"(\w+)"', text, re.M))
+def _planted_bugs(text: str) -> set[str]:
+    """The modules of the [[bug]] cases of a corpus file's text (none where it is not valid TOML)."""
+    try:
+        bugs = tomllib.loads(text).get("bug", [])
+    except tomllib.TOMLDecodeError:
+        return set()
+    return {bug.get("module") for bug in bugs if isinstance(bug, dict)}
 
 
 def missing_pieces(name: str, parts_root: Path = registry.PARTS_DIR, kit: Path = ROOT,
@@ -105,9 +103,10 @@ def missing_pieces(name: str, parts_root: Path = registry.PARTS_DIR, kit: Path =
 
     if f'@check("{name}",' not in (kit / "autograder" / "selfcheck.py").read_text(encoding="utf-8"):
         missing.append(f'public checks in autograder/selfcheck.py (@check("{name}", ...))')
-    if name not in _corpus_modules((kit / "tests" / "corpus" / "submissions.toml").read_text(encoding="utf-8")):
-        missing.append(f'a corpus case: a planted bug in {name}.py in tests/corpus/submissions.toml '
-                       f'(module = "{name}")')
+    corpus = folder / "corpus.toml"
+    if name not in _planted_bugs(corpus.read_text(encoding="utf-8") if corpus.is_file() else ""):
+        missing.append(f'a corpus case: a planted bug in {name}.py in parts/{name}/corpus.toml ([[bug]] with '
+                       f'module = "{name}"; the format: tests/corpus/submissions.toml)')
     if not optional:
         for example in sorted(p for p in (kit / "examples").iterdir() if p.is_dir()):
             if not (example / f"{name}.py").is_file():
@@ -153,7 +152,8 @@ def test_the_checklist_names_what_a_scratch_part_lacks(tmp_path):
         "diagnose) and uses them (checks.with_hint(..., diagnose....))",
         "its diagnoses, parts/rotary/diagnose.py (the known mistakes, computed from the reference)",
         'public checks in autograder/selfcheck.py (@check("rotary", ...))',
-        'a corpus case: a planted bug in rotary.py in tests/corpus/submissions.toml (module = "rotary")',
+        'a corpus case: a planted bug in rotary.py in parts/rotary/corpus.toml ([[bug]] with module = "rotary"; the '
+        'format: tests/corpus/submissions.toml)',
         "examples/buggy-student/rotary.py (a part handed out by default is in every example)",
         "examples/einsum-student/rotary.py (a part handed out by default is in every example)",
     ], missing
