@@ -7,6 +7,8 @@
     solution.py      the reference solution, with the release's markers: the stub is rendered from it
     notebook.ipynb   the nbgrader source notebook (its module cell a copy of solution.py, kept so by the release)
     test_<name>.py   the hidden graders, `@points` markers and all (pytest imports them as parts.<name>.test_<name>)
+    diagnose.py      its "Likely bug" diagnoses, the known mistakes computed from the reference (its graders import
+                     it; the machinery, match, is autograder/grade/diagnose.py)
     __init__.py      makes the folder a package, for that name
 
 The release copies solution.py to solutions/<name>.py (the package the graders import the reference from, and
@@ -60,6 +62,15 @@ class Part:
     @property
     def graders(self) -> Path:
         return self.folder / f"test_{self.name}.py"
+
+    @property
+    def diagnoses(self) -> Path:
+        return self.folder / "diagnose.py"
+
+    @property
+    def diagnose_module(self) -> str:
+        """The name its diagnoses are imported under (by its graders, and autograder.grade.diagnose.of)."""
+        return f"parts.{self.name}.diagnose"
 
     @property
     def grader_module(self) -> str:

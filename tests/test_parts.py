@@ -5,7 +5,6 @@ otherwise show as a traceback somewhere in the kit (the release, a grading, the 
 part, and what of the checklist is missing. `missing_pieces` is the checklist; each requirement is one line of
 it, in the order of the docs page.
 """
-import ast
 import json
 import re
 from pathlib import Path
@@ -16,17 +15,16 @@ import autograder
 from autograder import registry, release
 from autograder.submission.notebooks import notebook_name
 from tests.conftest import ROOT
-
-#: Where the public checks of every part are written (each part's: `@check("<name>", ...)`), shipped as is.
-SELF_CHECK = ROOT / "autograder" / "selfcheck.py"
-#: The planted-bug corpus (a case's `module` is the part it plants a bug in).
-CORPUS = ROOT / "tests" / "corpus" / "submissions.toml"
-#: The sample submissions every part handed out by default has a file in (examples/*/<name>.py).
-EXAMPLES = sorted(p for p in (ROOT / "examples").iterdir() if p.is_dir())
+from tests.corpus import tomllib  # (Python 3.10: tomli)
 
 
-def _corpus_modules(text: str) -> set[str]:
-    return set(re.findall(r'^module\s*=\s*"(\w+)"', text, re.M))
+def _planted_bugs(text: str) -> set[str]:
+    """The modules of the [[bug]] cases of a corpus file's text (none where it is not valid TOML)."""
+    try:
+        bugs = tomllib.loads(text).get("bug", [])
+    except tomllib.TOMLDecodeError:
+        return set()
+    return {bug.get("module") for bug in bugs if isinstance(bug, dict)}
 
 
 def missing_pieces(name: str, parts_root: Path = registry.PARTS_DIR, kit: Path = ROOT,
@@ -96,15 +94,19 @@ def missing_pieces(name: str, parts_root: Path = registry.PARTS_DIR, kit: Path =
         else:
             if not points.checks:
                 missing.append(f"graders with points: no test in parts/{name}/test_{name}.py carries @points(...)")
-        if "diagnose." not in graders.read_text(encoding="utf-8"):
-            missing.append(f"diagnoses: parts/{name}/test_{name}.py names no cause (checks.with_hint(..., "
-                           f"diagnose.<hint>)), autograder/grade/diagnose.py")
+        text = graders.read_text(encoding="utf-8")
+        if f"from parts.{name} import diagnose" not in text or "diagnose." not in text:
+            missing.append(f"graders that name causes: parts/{name}/test_{name}.py imports its diagnoses "
+                           f"(from parts.{name} import diagnose) and uses them (checks.with_hint(..., diagnose....))")
+    if not (folder / "diagnose.py").is_file():
+        missing.append(f"its diagnoses, parts/{name}/diagnose.py (the known mistakes, computed from the reference)")
 
     if f'@check("{name}",' not in (kit / "autograder" / "selfcheck.py").read_text(encoding="utf-8"):
         missing.append(f'public checks in autograder/selfcheck.py (@check("{name}", ...))')
-    if name not in _corpus_modules((kit / "tests" / "corpus" / "submissions.toml").read_text(encoding="utf-8")):
-        missing.append(f'a corpus case: a planted bug in {name}.py in tests/corpus/submissions.toml '
-                       f'(module = "{name}")')
+    corpus = folder / "corpus.toml"
+    if name not in _planted_bugs(corpus.read_text(encoding="utf-8") if corpus.is_file() else ""):
+        missing.append(f'a corpus case: a planted bug in {name}.py in parts/{name}/corpus.toml ([[bug]] with '
+                       f'module = "{name}"; the format: tests/corpus/submissions.toml)')
     if not optional:
         for example in sorted(p for p in (kit / "examples").iterdir() if p.is_dir()):
             if not (example / f"{name}.py").is_file():
@@ -135,6 +137,7 @@ def test_the_checklist_names_what_a_scratch_part_lacks(tmp_path):
     shutil.copytree(registry.PARTS_DIR / "masks", tmp_path / "rotary", ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "rotary" / "test_masks.py").rename(tmp_path / "rotary" / "test_rotary.py")
     (tmp_path / "rotary" / "__init__.py").unlink()
+    (tmp_path / "rotary" / "diagnose.py").unlink()
     text = (tmp_path / "rotary" / "notebook.ipynb").read_text(encoding="utf-8")
     (tmp_path / "rotary" / "notebook.ipynb").write_text(text.replace('"masks-code"', '"rotary-code"'))
     graders = tmp_path / "rotary" / "test_rotary.py"
@@ -145,8 +148,12 @@ def test_the_checklist_names_what_a_scratch_part_lacks(tmp_path):
         "the nbgrader cell rotary-hidden-graders (the task cell that states the points) in "
         "parts/rotary/notebook.ipynb",
         "graders with points: no test in parts/rotary/test_rotary.py carries @points(...)",
+        "graders that name causes: parts/rotary/test_rotary.py imports its diagnoses (from parts.rotary import "
+        "diagnose) and uses them (checks.with_hint(..., diagnose....))",
+        "its diagnoses, parts/rotary/diagnose.py (the known mistakes, computed from the reference)",
         'public checks in autograder/selfcheck.py (@check("rotary", ...))',
-        'a corpus case: a planted bug in rotary.py in tests/corpus/submissions.toml (module = "rotary")',
+        'a corpus case: a planted bug in rotary.py in parts/rotary/corpus.toml ([[bug]] with module = "rotary"; the '
+        'format: tests/corpus/submissions.toml)',
         "examples/buggy-student/rotary.py (a part handed out by default is in every example)",
         "examples/einsum-student/rotary.py (a part handed out by default is in every example)",
     ], missing
