@@ -275,37 +275,37 @@ def test_cache_grows_by_one_entry_a_step(student):
                      "cache", variants)
 
 
-def matmuls(remote, *args):
-    """Matrix products in one forward of the student's module on `args`, as torch's dispatch mode counts them in
-    the student process."""
+def counted(remote, *args):
+    """(matrix products, operators in all) in one forward of the student's module on `args`, as torch's dispatch
+    mode counts them in the student process."""
     ops = remote.count_ops(*args)
-    return sum(n for op, n in ops.items() if op in MATMUL_OPS)
+    return sum(n for op, n in ops.items() if op in MATMUL_OPS), sum(ops.values())
 
 
 @points(2, "structure")
 def test_step_has_one_query_row(student):
-    """A step multiplies one query row by the cache: its matrix products do not grow with the cache, and T tokens take T steps"""
+    """A step multiplies one query row by the whole cache at once: its operators do not grow with the cache, and T tokens take T steps"""
     remote = built(student, 8, 12, 64, 0.0, 3)
     counts = {}
     for t in (2, 48):
         _, x, keys, values = given_cache(remote, t, seed=70 + t)
-        counts[t] = matmuls(remote, x, keys, values)
-    if not counts[2]:
+        counts[t] = counted(remote, x, keys, values)
+    if not counts[2][0]:
         raise AssertionError(f"{NAME}.forward(x (2, 1, 8), a cache of 2 tokens): torch's dispatcher saw no matrix "
                              "product in it: it hides its operations from torch, and nothing that hides can be graded")
     if counts[48] != counts[2]:
         raise AssertionError(
-            f"one step's matrix products grow with the cache: {NAME}.forward(x (2, 1, 8), keys, values) ran "
-            f"{counts[2]} with a cache of 2 tokens and {counts[48]} with one of 48. Score the new token's one query "
-            "row against all the cached keys at once (q @ keys.transpose(2, 3), (B, H, 1, t + 1)), not one key or "
-            "one earlier token at a time")
+            f"one step's work grows with the cache: {NAME}.forward(x (2, 1, 8), keys, values) ran {counts[2][1]} "
+            f"operators ({counts[2][0]} matrix products) with a cache of 2 tokens and {counts[48][1]} "
+            f"({counts[48][0]}) with one of 48. Score the new token's one query row against all the cached keys at "
+            "once (q @ keys.transpose(2, 3), (B, H, 1, t + 1)), not one key or one earlier token at a time")
     x = randn(2, 6, 8, seed=79)
-    whole = matmuls(remote, x)
-    if whole != 6 * counts[2]:
+    whole, _ = counted(remote, x)
+    if whole != 6 * counts[2][0]:
         raise AssertionError(
-            f"{NAME}.forward(x (2, 6, 8)) from an empty cache ran {whole} matrix products, and one step {counts[2]}: "
-            f"decoding 6 tokens takes 6 steps ({6 * counts[2]} products), one token at a time, each a step with one "
-            "query row (a pass over all 6 tokens at once is the full causal pass again)")
+            f"{NAME}.forward(x (2, 6, 8)) from an empty cache ran {whole} matrix products, and one step "
+            f"{counts[2][0]}: decoding 6 tokens takes 6 steps ({6 * counts[2][0]} products), one token at a time, "
+            "each a step with one query row (a pass over all 6 tokens at once is the full causal pass again)")
 
 
 # ---- speed: T cached steps against T full passes ---------------------------------------------------------------
