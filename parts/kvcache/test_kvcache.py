@@ -1,17 +1,17 @@
 """Hidden graders for kvcache.py: decoding with a KV cache (KVCacheAttention), the optional sixth part.
 
 The contract (docs/instructor/kvcache.md): KVCacheAttention extends the student's fused MultiHeadAttention (mha.py)
-with the student's sinusoidal_encoding (positional.py) as the buffer `pe`; `forward(x, keys=None, values=None)` decodes the tokens of x one at a
-time, each with one `step`, from the cache (keys, values) (B, H, t, head_dim), and returns (output (B, T, d_out),
-keys, values (B, H, t + T, head_dim)). Every check here calls `forward` through the sandbox, with inputs and a
-cache made in this process, and compares what comes back with the trusted decoding of parts/kvcache/diagnose.py
-and the reference full causal pass (solutions/mha.py) given the same weights.
+with the student's sinusoidal_encoding (positional.py) as the buffer `pe`; `forward(x, keys=None, values=None)`
+decodes the tokens of x one at a time, each with one `step`, from the cache (keys, values) (B, H, t, head_dim),
+and returns (output (B, T, d_out), keys, values (B, H, t + T, head_dim)). Every check here calls `forward` through
+the sandbox, with inputs and a cache made in this process, and compares what comes back with the trusted decoding
+of parts/kvcache/diagnose.py and the reference full causal pass (solutions/mha.py) given the same weights.
 
-One fault, one charge: the step computes its attention itself and takes only the layers (Wq, Wk, Wv, Wo) of the
-student's MultiHeadAttention, whose weights are loaded from the reference; a fault of the student's
-MultiHeadAttention.forward changes nothing here. The positional table is the student's (the buffer `pe`,
-read back): outputs that are right given a table unlike the contract's pass with a note, and
-that fault costs points in the positional checks only.
+One fault, one charge: the step takes only the layers (Wq, Wk, Wv, Wo) of the student's MultiHeadAttention,
+whose weights are loaded from the reference, so a fault of its forward changes nothing here. The positional
+table is the student's (the buffer `pe`, read back): outputs right given a table unlike the contract's pass with
+a note, that fault costing points in the positional checks only. A step that calls the student's own attention,
+split_heads or merge_heads is judged given working ones (public stand-ins), the fault charged in their module.
 """
 import hashlib
 
