@@ -2,8 +2,15 @@
 
 __version__ = "1.1.0"  # the kit's release: `grader_cli.py --version` prints it, and every gradebook
 
-# The five modules of the student contract, in its order: the one list the library uses.
-MODULES = ("attention", "heads", "masks", "mha", "positional")
+# The parts of the assignment, in teaching order: the one list of them that the kit and its tests read. Each is a
+# folder, parts/<name>/ (its solution, source notebook, hidden graders, points, ...; autograder/registry.py reads
+# it), and a module of the student contract, <name>.py. docs/contributing/parts.md says how a part is added.
+PARTS = ("attention", "heads", "masks", "mha", "positional", "kvcache")
+# The optional parts: handed out only where a course file lists them (each says `optional = true` in its
+# part.toml; tests/test_parts.py holds the two the same).
+OPTIONAL = ("kvcache",)
+# The parts handed out with no course file, in teaching order: the modules a submission is graded on by default.
+MODULES = tuple(part for part in PARTS if part not in OPTIONAL)
 
 # How student code can be confined, strongest first (autograder/sandbox/student_process.py applies them,
 # autograder.sandbox.isolation chooses), and what each means in a report.

@@ -13,7 +13,8 @@ from pathlib import Path
 import click
 
 EXIT_OK, EXIT_BELOW_MIN, EXIT_CANNOT_RUN = 0, 1, 2
-from autograder import LEVELS  # noqa: E402  (the package's __init__ imports nothing)
+from autograder import LEVELS, MODULES  # noqa: E402  (the package's __init__ imports nothing)
+from autograder.scoring import NOTEBOOK_RANGE, count_word  # noqa: E402  (stdlib only)
 from autograder.paths import TORCH_VERSION  # noqa: E402  (stdlib only)
 from autograder.sandbox.forkserver import undumpable  # noqa: E402  (stdlib only)
 from autograder.report.formats import FORMATS as _FORMATS, render as render_report  # noqa: E402  (stdlib only)
@@ -100,7 +101,8 @@ def intake_options(command):
         "--max-unzipped", type=Size(), default="50MiB", show_default=True,
         help="The most a submission may unpack to (a zip, as its directory declares it, checked before a byte "
              "is unpacked) or hold (a folder). The reason: a zip bomb of a few KB can unpack to many GB and fill "
-             "the disk or the memory of the grading machine; five modules and their notebooks take well under "
+             "the disk or the memory of the grading machine; "
+             f"{count_word(len(MODULES))} modules and their notebooks take well under "
              "1MiB. Raise it for notebooks with large embedded outputs.")(command)
 
 
@@ -124,8 +126,8 @@ def course_option(what, dest="course"):
         "--course", dest, type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
         callback=_read_course, metavar="FILE",
         help=f"A course file (TOML: docs/instructor/course.md): the parts handed out and their worths, the speed "
-             f"thresholds, the time limits, whether CUDA checks count. {what} Without it, the kit as it is: five "
-             f"parts, out of 100.")
+             f"thresholds, the time limits, whether CUDA checks count. {what} Without it, the kit as it is: "
+             f"{count_word(len(MODULES))} parts, out of 100.")
 
 
 def _course_limits(ctx, course, call_timeout, submission_timeout):
@@ -190,15 +192,23 @@ def _print_version(ctx, param, value):
     ctx.exit()
 
 
+def _parts_said(command):
+    """The help of `command` with the parts said from the kit's list (autograder.MODULES): {five} (their count),
+    {modules} (their names), {notebooks} (their notebooks, first ... last)."""
+    command.__doc__ = (command.__doc__.replace("{five}", count_word(len(MODULES)))
+                       .replace("{modules}", ", ".join(MODULES)).replace("{notebooks}", NOTEBOOK_RANGE))
+    return command
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
               help="Print the kit's version, torch's, Python's and the checksum of the graders (the code that "
                    "decides a grade), then exit.")
+@_parts_said
 def cli():
     """Auto-graded exercises on multi-head attention in PyTorch.
 
-    Students implement five modules (attention, heads, masks, mha,
-    positional); the hidden graders run their code in a separate process and
+    Students implement {five} modules ({modules}); the hidden graders run their code in a separate process and
     score it out of 100.
 
     \b
@@ -226,9 +236,10 @@ def cli():
 @sandbox_options
 @course_option("The report names it, with its checksum.")
 @click.pass_context
+@_parts_said
 def grade(ctx, path, fmt, output, min_score, call_timeout, submission_timeout, timeout, course, **sandbox):
-    """Grade one submission: a folder of the five modules (as .py files or as
-    the notebooks 01_attention.ipynb ... 05_positional.ipynb), a zip of one,
+    """Grade one submission: a folder of the {five} modules (as .py files or as
+    the notebooks {notebooks}), a zip of one,
     or a single notebook such as 03_masks.ipynb (or a name that ends with
     it: bea_03_masks.ipynb, "03_masks (1).ipynb"; docs/instructor/uploads.md
     gives the rule).
@@ -697,23 +708,24 @@ def unfinished(shards_folder, n):
         click.echo(k)
 
 
-@cli.command(short_help="Write student_template/ from solutions/.")
+@cli.command(short_help="Write student_template/, solutions/, notebooks from parts/.")
 @click.option("--check", is_flag=True, help="Change nothing; exit 1 naming the files that are out of date.")
 @course_option("Writes the student template of that course into --output: the parts it hands out alone, with "
                "its points (the kit's own files stay as they are).")
 @click.option("--output", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="With --course: the folder of that course's student template (required there).")
 def release(check, course, output):
-    """Write student_template/ from the instructor's solutions/ and assignments/mha/.
+    """Write student_template/ from the parts' folders, parts/<module>/.
 
     \b
-    1. The module cell of each source notebook in assignments/mha/ is
-       copied from solutions/<module>.py (the one place the code lives),
-       and its task cell states the graders' points.
+    1. The module cell of each part's source notebook (notebook.ipynb) is
+       copied from its solution.py (the one place the code lives), and its
+       task cell states the graders' points; assignments/mha/ gets copies
+       of the notebooks (for nbgrader), solutions/ of the solutions.
     2. The kit's generated files follow: the self-check's points, the
        tables of README.md and docs/ that the release writes (points,
        parts, tutorials), autograder/submission/released.py.
-    3. student_template/: the .py stubs rendered from solutions/ (each
+    3. student_template/: the .py stubs rendered from the solutions (each
        `### BEGIN SOLUTION` ... `### END SOLUTION` region becomes
        `raise NotImplementedError()`, as nbgrader does; docstrings stay),
        and the student notebooks that the real `nbgrader
@@ -750,10 +762,11 @@ def release(check, course, output):
             click.echo("out of date: " + ", ".join(stale), err=True)
             click.echo("run: python grader_cli.py release", err=True)
             sys.exit(1)
-        click.echo("assignments/ and student_template/ are up to date")
+        click.echo("parts/, solutions/, assignments/ and student_template/ are up to date")
         return
     changed = rel.write()
-    click.echo(f"wrote {', '.join(changed)}" if changed else "assignments/ and student_template/ already up to date")
+    click.echo(f"wrote {', '.join(changed)}" if changed else
+               "parts/, solutions/, assignments/ and student_template/ already up to date")
 
 
 @cli.command(short_help="Time MHA implementations side by side.")

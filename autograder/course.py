@@ -3,7 +3,8 @@
 `grade`, `grade-all`, `merge`, `gradescope-zip`, `release` and `nbgrader-sync` take `--course FILE`, a TOML
 file, and read it here (`load`), before anything is graded or written. Its tables:
 
-    [parts]            # required: the parts handed out, and what each is worth (a part not listed is not)
+    [parts]            # required: the parts handed out, and what each is worth (a part not listed is not);
+                       # any of autograder.PARTS, an optional one too (handed out only where listed here)
     attention = 23
     heads = 15
     masks = 16         # each masks check's points scaled by 16/8: every check doubles
@@ -46,7 +47,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
-from autograder import MODULES
+from autograder import PARTS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -143,15 +144,15 @@ def parse(data: bytes, name: str = "course.toml") -> Course:
             raise CourseError(f"{name}: " + _unknown("table", key, TABLES))
     if "parts" not in doc:
         raise CourseError(f"{name}: no [parts] table: list the parts handed out and what each is worth "
-                          f"(the kit's parts: {', '.join(MODULES)})")
+                          f"(the kit's parts: {', '.join(PARTS)})")
     parts_in = _table(doc, "parts", name)
     if not parts_in:
-        raise CourseError(f"{name}: [parts] lists no part: list at least one of {', '.join(MODULES)}")
+        raise CourseError(f"{name}: [parts] lists no part: list at least one of {', '.join(PARTS)}")
     for key, value in parts_in.items():
-        if key not in MODULES:
-            raise CourseError(f"{name}: [parts] " + _unknown("part", key, MODULES))
+        if key not in PARTS:
+            raise CourseError(f"{name}: [parts] " + _unknown("part", key, PARTS))
         _positive(value, _where(name, "parts", key), two_decimals=True)
-    parts = {m: parts_in[m] for m in MODULES if m in parts_in}  # the kit's order, whatever the file's
+    parts = {m: parts_in[m] for m in PARTS if m in parts_in}  # the kit's order, whatever the file's
     speed = _table(doc, "speed", name)
     for key, value in speed.items():
         if key not in SPEED:

@@ -5,12 +5,13 @@ and the released template beside the package, so every root below is found from 
 """
 from pathlib import Path
 
-KIT = Path(__file__).resolve().parent.parent  # the checkout: autograder/, solutions/, student_template/, ...
+KIT = Path(__file__).resolve().parent.parent  # the checkout: autograder/, parts/, solutions/, student_template/, ...
 PACKAGE = KIT / "autograder"
-GRADERS = PACKAGE / "graders"  # the hidden graders (pytest files), run in the grader process
-SOLUTIONS = KIT / "solutions"  # the reference implementation: instructor-only
+PARTS_DIR = KIT / "parts"  # a folder per part of the assignment (solution, notebook, hidden graders): instructor-only
+GRADERS = PACKAGE / "graders"  # the graders' library and pytest.ini; each part's graders are in its folder
+SOLUTIONS = KIT / "solutions"  # the reference implementation, copied from parts/ by the release: instructor-only
 STUDENT_TEMPLATE = KIT / "student_template"  # what students get, written by the release step
-ASSIGNMENTS = KIT / "assignments"  # nbgrader source notebooks
+ASSIGNMENTS = KIT / "assignments"  # the nbgrader source notebooks, copied from parts/ by the release
 README = KIT / "README.md"  # the front door; the rest of the documentation is in DOCS
 DOCS = KIT / "docs"  # the documentation by reader (mkdocs.yml builds it)
 

@@ -1,19 +1,25 @@
 """Generate the student template from the instructor's solutions.
 
-Every ``### BEGIN SOLUTION`` ... ``### END SOLUTION`` region in ``solutions/``
+Every ``### BEGIN SOLUTION`` ... ``### END SOLUTION`` region of a part's ``solution.py``
 becomes nbgrader's stub (``# YOUR CODE HERE`` / ``raise NotImplementedError()``
 at the marker's indentation), ``### BEGIN HIDDEN TESTS`` ... ``### END HIDDEN
 TESTS`` regions are dropped, and the result is written to ``student_template/``
 together with a short README. Docstrings are kept: they are the teaching text.
 
+Each part is one folder, ``parts/<module>/`` (autograder/registry.py): its
+solution (``solution.py``), source notebook (``notebook.ipynb``) and hidden
+graders (``test_<module>.py``). ``solutions/<module>.py`` and
+``assignments/mha/NN_<module>.ipynb`` are the release's copies of them
+(``solution_files()``, ``assignment_notebooks()``), held by ``release --check``.
+
 The notebooks follow the same single source: the module cell of each
-source notebook in ``assignments/mha/`` (the nbgrader solution cell
-``<module>-code``) is a copy of ``solutions/<module>.py``, kept so by
-``synced_sources()``; the student notebooks are what the real nbgrader
-(``nbgrader generate_assignment``) makes of the source notebooks.
+source notebook (the nbgrader solution cell ``<module>-code``) is a copy of
+its ``solution.py``, kept so by ``part_notebooks()``; the student notebooks
+are what the real nbgrader (``nbgrader generate_assignment``) makes of the
+source notebooks.
 
 Points have one source too: the ``@points(points, aspect)`` markers of the
-hidden graders (``autograder/graders/test_<module>.py``), read by parsing
+hidden graders (``parts/<module>/test_<module>.py``), read by parsing
 them, never importing them (``grader_points()``). From them the release
 writes each notebook's task cell ``<module>-hidden-graders`` (its nbgrader
 ``points`` and its heading "Hidden graders (N points)"), the points table of
@@ -42,15 +48,16 @@ from dataclasses import dataclass
 from typing import Callable
 from pathlib import Path
 
-from autograder import MODULES, tutorials
+from autograder import MODULES, OPTIONAL, PARTS, tutorials
 
-from autograder.paths import ASSIGNMENTS, DOCS, GRADERS as GRADERS_DIR, KIT as ROOT, PACKAGE, README as KIT_README
+from autograder.paths import ASSIGNMENTS, DOCS, GRADERS as GRADERS_DIR, KIT as ROOT, PACKAGE, PARTS_DIR
+from autograder.paths import README as KIT_README
 from autograder.paths import SOLUTIONS as SOLUTIONS_DIR, STUDENT_TEMPLATE as TEMPLATE_DIR
 from autograder.submission.notebooks import load_nbformat, notebook_name
 
 ASSIGNMENT = "mha"
 ASSIGNMENT_DIR = ASSIGNMENTS / ASSIGNMENT
-NOTEBOOKS = {m: notebook_name(m) for m in MODULES}  # 01_attention.ipynb, ...
+NOTEBOOKS = {m: notebook_name(m) for m in MODULES}  # 01_attention.ipynb, ...: the parts handed out by default
 SELF_CHECK = PACKAGE / "selfcheck.py"  # the public checks, shipped as is
 RELEASED = PACKAGE / "submission" / "released.py"  # what grading knows of the released template
 
@@ -162,9 +169,15 @@ def _needs_cuda(decorator) -> bool:
     return "needs_cuda" in text or "cuda.is_available" in text
 
 
-def grader_points(graders_dir: Path | None = None) -> dict[str, Points]:
-    """module -> its Points, read from the grade markers of `graders_dir/test_<module>.py` (default
-    GRADERS_DIR, autograder/graders).
+def _solution(module: str) -> str:
+    """The reference solution of a part, with its markers: parts/<module>/solution.py."""
+    return (PARTS_DIR / module / "solution.py").read_text(encoding="utf-8")
+
+
+def grader_points(graders_dir: Path | None = None, names=MODULES) -> dict[str, Points]:
+    """module -> its Points, for the parts `names` (default: those handed out with no course file), read from
+    the grade markers of each part's graders, parts/<module>/test_<module>.py (or, given `graders_dir`,
+    `graders_dir/test_<module>.py`).
 
     The files are parsed, never imported (no torch, no reference code). A
     check counts as needing CUDA when it is decorated with `needs_cuda` (or
@@ -174,31 +187,36 @@ def grader_points(graders_dir: Path | None = None) -> dict[str, Points]:
     `pytestmark`).
     """
     result = {}
-    for module in MODULES:
-        path = Path(graders_dir or GRADERS_DIR) / f"test_{module}.py"
+    for module in (m for m in PARTS if m in names):
+        path = Path(graders_dir) / f"test_{module}.py" if graders_dir else PARTS_DIR / module / f"test_{module}.py"
         if not path.is_file():
             raise ValueError(f"no grader file {path}")
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "pytestmark" for t in node.targets):
-                raise ValueError(f"{path.name}:{node.lineno}: pytestmark is not counted by grader_points")
-        points = cuda_points = checks = cuda_checks = 0
-        for node in ast.walk(tree):
-            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not node.name.startswith("test"):
-                continue
-            where = f"{path.name}:{node.lineno} ({node.name})"
-            marks = [m for m in (_marker(d, where) for d in node.decorator_list) if m]
-            if not marks:
-                continue  # pytest runs it, the plugin records nothing of it
-            if len(marks) > 1 or any("parametrize" in ast.unparse(d) for d in node.decorator_list):
-                raise ValueError(f"{where}: a graded test must carry one grade marker and run once")
-            checks += 1
-            points += marks[0][0]
-            if any(_needs_cuda(d) for d in node.decorator_list):
-                cuda_checks += 1
-                cuda_points += marks[0][0]
-        result[module] = Points(points, checks, cuda_points, cuda_checks)
+        result[module] = file_points(path)
     return result
+
+
+def file_points(path: Path) -> Points:
+    """The Points of one grader file, read from its grade markers (grader_points says how)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "pytestmark" for t in node.targets):
+            raise ValueError(f"{path.name}:{node.lineno}: pytestmark is not counted by grader_points")
+    points = cuda_points = checks = cuda_checks = 0
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not node.name.startswith("test"):
+            continue
+        where = f"{path.name}:{node.lineno} ({node.name})"
+        marks = [m for m in (_marker(d, where) for d in node.decorator_list) if m]
+        if not marks:
+            continue  # pytest runs it, the plugin records nothing of it
+        if len(marks) > 1 or any("parametrize" in ast.unparse(d) for d in node.decorator_list):
+            raise ValueError(f"{where}: a graded test must carry one grade marker and run once")
+        checks += 1
+        points += marks[0][0]
+        if any(_needs_cuda(d) for d in node.decorator_list):
+            cuda_checks += 1
+            cuda_points += marks[0][0]
+    return Points(points, checks, cuda_points, cuda_checks)
 
 
 def _n(value) -> str:
@@ -226,9 +244,10 @@ def parts_table(points: dict[str, Points], sources: dict[str, str] | None = None
     """The five parts as a Markdown table: notebook, file, what to implement (the public names of `sources`, module
     -> code; default: solutions/), points, and the total. The student README's and the kit documentation's."""
     if sources is None:
-        sources = {name: (SOLUTIONS_DIR / f"{name}.py").read_text(encoding="utf-8") for name in MODULES}
-    rows = [f"| {i} | `{NOTEBOOKS[name]}` | `{name}.py` | {', '.join(f'`{n}`' for n in _public_names(sources[name]))} "
-            f"| {_n(points[name].points)} |" for i, name in enumerate(MODULES, 1) if name in points]
+        sources = {name: _solution(name) for name in points}
+    rows = [f"| {i} | `{notebook_name(name)}` | `{name}.py` | "
+            f"{', '.join(f'`{n}`' for n in _public_names(sources[name]))} | {_n(points[name].points)} |"
+            for i, name in enumerate(PARTS, 1) if name in points]
     return "\n".join(["| part | notebook | file | what to implement | points |", "| --- | --- | --- | --- | ---: |",
                       *rows, f"| | | | total | {_n(_total(points).points)} |"])
 
@@ -246,7 +265,7 @@ def task_cell_text(module: str, p: Points, total: float) -> str:
             f"{_plural(p.checks, 'check')} worth {_n(p.points)} of the assignment's {_plural(total, 'point')} "
             f"(shapes, values on random inputs, the tutorials' worked examples, dtypes, devices, and "
             f"more).{gpu} They run outside the notebook, on a copy of your code. Hand in this notebook under its "
-            f"own name, `{NOTEBOOKS[module]}` (README.md says what to hand in). There is nothing to do in this "
+            f"own name, `{notebook_name(module)}` (README.md says what to hand in). There is nothing to do in this "
             f"cell.")
 
 
@@ -255,7 +274,7 @@ def task_cell(nb: dict, module: str) -> dict:
     cells = [c for c in nb["cells"]
              if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == f"{module}-hidden-graders"]
     if len(cells) != 1:
-        raise ValueError(f"{NOTEBOOKS[module]}: expected one task cell with grade_id {module}-hidden-graders, "
+        raise ValueError(f"{notebook_name(module)}: expected one task cell with grade_id {module}-hidden-graders, "
                          f"found {len(cells)}")
     return cells[0]
 
@@ -507,14 +526,14 @@ def module_cell(nb: dict, module: str) -> dict:
     """The notebook's module cell: the code cell whose nbgrader grade_id is `<module>-code`."""
     cells = [c for c in nb["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == f"{module}-code"]
     if len(cells) != 1:
-        raise ValueError(f"{NOTEBOOKS[module]}: expected one module cell with grade_id {module}-code, found {len(cells)}")
+        raise ValueError(f"{notebook_name(module)}: expected one module cell with grade_id {module}-code, found {len(cells)}")
     return cells[0]
 
 
 def course_points(course) -> dict[str, Points]:
     """The Points of the parts a course file (autograder.course.Course) hands out: each its worth, over the checks
     that count there (those that need CUDA left out where CUDA checks do not count), in the kit's order."""
-    kit = grader_points()
+    kit = grader_points(names=PARTS)
     out = {}
     for module, worth in course.parts.items():
         p = kit[module]
@@ -525,24 +544,55 @@ def course_points(course) -> dict[str, Points]:
     return out
 
 
-def synced_sources(assignment_dir: Path = ASSIGNMENT_DIR, course=None) -> dict[str, str]:
-    """file name -> content of the source notebooks, their module cells copied from solutions/ and their
-    task cells (points and heading) written from the graders' markers (or, with a course file, autograder.course,
-    those of the parts it hands out, with its points)."""
-    points = grader_points() if course is None else course_points(course)
-    total = _total(points).points
+def _synced(points: dict[str, Points], total=None) -> dict[str, str]:
+    """module -> its source notebook (parts/<module>/notebook.ipynb) as the release writes it: its module cell a
+    copy of parts/<module>/solution.py, its task cell (points and heading) written from `points` (module -> Points,
+    the parts wanted), out of `total` (default: the sum of `points`)."""
+    total = _total(points).points if total is None else total
     files = {}
-    for module, name in NOTEBOOKS.items():
-        path = Path(assignment_dir) / name
-        if module not in points or not path.is_file():
-            continue
-        nb = _load(path.read_text(encoding="utf-8"))
-        module_cell(nb, module)["source"] = (SOLUTIONS_DIR / f"{module}.py").read_text(encoding="utf-8")
+    for module in (m for m in PARTS if m in points):
+        nb = _load((PARTS_DIR / module / "notebook.ipynb").read_text(encoding="utf-8"))
+        module_cell(nb, module)["source"] = _solution(module)
         task = task_cell(nb, module)
         task["source"] = task_cell_text(module, points[module], total)
         task["metadata"]["nbgrader"]["points"] = points[module].points
-        files[name] = _dump(nb)
+        files[module] = _dump(nb)
     return files
+
+
+def _all_sources() -> dict[str, str]:
+    """module -> the source notebook of every part (autograder.PARTS): those handed out by default out of their
+    total, an optional part out of that total and its own points (what a course handing it out too would give)."""
+    points = grader_points(names=PARTS)
+    default = _total({m: p for m, p in points.items() if m in MODULES}).points
+    files = _synced({m: p for m, p in points.items() if m in MODULES}, default)
+    for module in OPTIONAL:
+        files.update(_synced({module: points[module]}, default + points[module].points))
+    return {m: files[m] for m in PARTS}
+
+
+def synced_sources(course=None) -> dict[str, str]:
+    """file name (NN_<module>.ipynb) -> content of the source notebooks of the parts handed out (by default, or
+    by a course file, autograder.course, with its points): each part's notebook.ipynb, its module cell copied
+    from its solution.py and its task cell written from the graders' markers."""
+    points = grader_points() if course is None else course_points(course)
+    return {notebook_name(m): text for m, text in _synced(points).items()}
+
+
+def part_notebooks() -> dict[str, str]:
+    """Step 1 of the release: <module>/notebook.ipynb -> the source notebook of every part, synced in its folder."""
+    return {f"{m}/notebook.ipynb": text for m, text in _all_sources().items()}
+
+
+def assignment_notebooks() -> dict[str, str]:
+    """assignments/mha/, for nbgrader: NN_<module>.ipynb -> a copy of every part's synced source notebook."""
+    return {notebook_name(m): text for m, text in _all_sources().items()}
+
+
+def solution_files() -> dict[str, str]:
+    """solutions/, the package the graders import the reference from (and a complete submission): <module>.py ->
+    a copy of every part's solution.py, markers and all, and an empty __init__.py."""
+    return {"__init__.py": "", **{f"{m}.py": _solution(m) for m in PARTS}}
 
 
 def nbgrader_env(**extra) -> dict[str, str]:
@@ -579,15 +629,15 @@ def _nbgrader_release(items: tuple) -> tuple:
 def expected_template(course=None) -> dict[str, str]:
     """Return file name -> content for every file the student template holds.
 
-    That is the five stubs rendered from ``SOLUTIONS_DIR`` (``attention.py`` ...
-    ``positional.py``, each with HEADER after its docstring), ``README.md``,
+    That is a stub per part handed out, rendered from its ``parts/<module>/solution.py``
+    (``attention.py`` ... ``positional.py``, each with HEADER after its docstring), ``README.md``,
     the self-check (``selfcheck_text()``) and the student notebooks nbgrader
-    makes of ``assignments/mha``. With a course file (autograder.course.Course), the parts it hands out
+    makes of the parts' source notebooks. With a course file (autograder.course.Course), the parts it hands out
     alone, with its points.
     """
     points = grader_points() if course is None else course_points(course)
-    sources = {name: (SOLUTIONS_DIR / f"{name}.py").read_text(encoding="utf-8") for name in MODULES if name in points}
-    files = {f"{name}.py": _with_header(render_stub(src, f"solutions/{name}.py")) for name, src in sources.items()}
+    sources = {name: _solution(name) for name in PARTS if name in points}
+    files = {f"{name}.py": _with_header(render_stub(src, f"parts/{name}/solution.py")) for name, src in sources.items()}
     files["README.md"] = _readme(sources, points)
     files["selfcheck.py"] = selfcheck_text(points)
     files.update(nbgrader_release(synced_sources(course=course)))
@@ -634,18 +684,22 @@ class Step:
         return sorted(changed)
 
 
-def steps(assignment_dir: Path = ASSIGNMENT_DIR, template_dir: Path = TEMPLATE_DIR) -> list[Step]:
+def steps(assignment_dir: Path = ASSIGNMENT_DIR, template_dir: Path = TEMPLATE_DIR,
+          solutions_dir: Path = SOLUTIONS_DIR) -> list[Step]:
     """The release, in order, as nbgrader orders its converters' preprocessors:
 
-    1. the source notebooks: each module cell a copy of solutions/<module>.py, each task cell the graders' points;
+    1. the source notebooks, in the part folders: each module cell a copy of parts/<module>/solution.py, each task
+       cell the graders' points; then their copies for nbgrader, assignments/mha/NN_<module>.ipynb, and the
+       reference solutions' copies, solutions/<module>.py (both folders the release's alone);
     2. the kit's generated files: the self-check's points, the documentation's blocks (README.md, docs/),
        autograder/submission/released.py;
     3. the student template: the .py stubs rendered from solutions/ (each solution region becomes
        `raise NotImplementedError()`), its README, the self-check, and the student notebooks that the real
        `nbgrader generate_assignment` makes from the source notebooks.
     """
-    return [Step(Path(assignment_dir), f"assignments/{ASSIGNMENT}/", lambda: synced_sources(assignment_dir),
-                 "sources"),
+    return [Step(PARTS_DIR, "parts/", part_notebooks, "sources"),
+            Step(Path(assignment_dir), f"assignments/{ASSIGNMENT}/", assignment_notebooks, "sources", prune=True),
+            Step(Path(solutions_dir), "solutions/", solution_files, "sources", prune=True),
             Step(ROOT, "", generated_files, "sources"),
             Step(Path(template_dir), "student_template/", expected_template, "template", prune=True)]
 
@@ -672,7 +726,8 @@ def write(**folders) -> list[str]:
 
 def check_sources(assignment_dir: Path = ASSIGNMENT_DIR) -> list[str]:
     """What steps 1 and 2 would change, changing nothing: source notebooks whose module cell is not a copy of
-    solutions/ or whose task cell does not give the graders' points, and stale generated files of the kit."""
+    the part's solution.py or whose task cell does not give the graders' points, copies in assignments/ and
+    solutions/ that differ, and stale generated files of the kit."""
     return [s.shown_as + n for s in _part("sources", assignment_dir=assignment_dir) for n in s.stale()]
 
 

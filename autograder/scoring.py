@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 
-from autograder import MODULES
+from autograder import MODULES, PARTS
 
 SCALE = 100  # the total is out of this many points
 
@@ -165,8 +165,25 @@ def figures(tests, parts=None) -> Figures:
 #: The whole message of each check of a module that the submission does not hold (no file, no notebook): the
 #: report says once which modules those are, and where their code goes (GradeReport.missing).
 NOT_HANDED_IN = "not handed in"
-LOOKED_FOR = ("the five modules attention.py, heads.py, masks.py, mha.py and positional.py, or the notebooks "
-              "01_attention.ipynb ... 05_positional.ipynb")
+_NUMBERS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+def count_word(n: int) -> str:
+    """A count as prose: "five" (a figure from 10 on)."""
+    return _NUMBERS[n] if 0 <= n < len(_NUMBERS) else str(n)
+
+
+def listed(names) -> str:
+    """Names as prose: "a, b and c"."""
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+#: The notebooks of the parts handed out with no course file, as a range: "01_attention.ipynb ... 05_positional.ipynb"
+#: (a notebook's number is its part's place in autograder.PARTS).
+NOTEBOOK_RANGE = " ... ".join(dict.fromkeys(f"{PARTS.index(m) + 1:02d}_{m}.ipynb" for m in (MODULES[0], MODULES[-1])))
+LOOKED_FOR = (f"the {count_word(len(MODULES))} modules {listed(f'{m}.py' for m in MODULES)}, or the notebooks "
+              f"{NOTEBOOK_RANGE}")
 
 
 def nothing_to_grade(tests) -> str:

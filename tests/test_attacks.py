@@ -116,7 +116,8 @@ from tests.corpus import ATTACK_KINDS, MODULES, NEEDS, CorpusError, PatchError, 
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes
 
 ATTACKS = load_attacks()
-GRADERS = ROOT / "autograder" / "graders"
+GRADERS = ROOT / "autograder" / "graders"  # the graders' library; each part's graders are in its folder
+GRADER_FILES = [ROOT / "parts" / m / f"test_{m}.py" for m in MODULES]
 CANARY_NAME = "MHA_CANARY_TOKEN"
 FORMATS = ("text", "json", "gradescope", "markdown", "html", "junit", "classroom")
 FORCE = os.environ.get("MHA_ATTACKS_FORCE") == "1"
@@ -214,7 +215,7 @@ COLD = {
 def _grader_checks() -> dict[tuple[str, str], float]:
     """(module, check id) -> points, read from the graders' @points(points, aspect) decorators."""
     checks = {}
-    for path in sorted(GRADERS.glob("test_*.py")):
+    for path in sorted(GRADER_FILES):
         module = path.stem.removeprefix("test_")
         for node in ast.parse(path.read_text()).body:
             if not isinstance(node, ast.FunctionDef) or not node.name.startswith("test_"):
@@ -282,7 +283,7 @@ def _code_lines(path: Path, min_len=30) -> set[str]:
 def _grader_lines() -> set[str]:
     """Distinctive lines of the hidden graders (tests and their helpers): code, not docstrings (a check's
     docstring is its public name) nor what the student template holds."""
-    lines = set().union(*(_code_lines(p) for p in GRADERS.glob("*.py")))
+    lines = set().union(*(_code_lines(p) for p in [*GRADERS.glob("*.py"), *GRADER_FILES]))
     return lines - _lines(TEMPLATE)
 
 

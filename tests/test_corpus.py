@@ -9,9 +9,12 @@ supports it; a correct style gets no message at all.
 import pytest
 import torch
 
-from autograder.grade import diagnose
+from autograder import MODULES, PARTS
+from autograder.grade import diagnose  # the machinery: match, raised_like
 from autograder.grade.engine import grade
 from autograder.graders.common import params_of, random_mask, randn
+from parts.attention import diagnose as attention_dx  # each part's mistakes are in its folder
+from parts.mha import diagnose as mha_dx
 from solutions import attention as ref_attention
 from solutions import mha as ref_mha
 from tests.conftest import SOLUTIONS
@@ -76,7 +79,8 @@ def test_correct_alternative_style_scores_100(case, tmp_path, warm_servers):
 
 def test_corpus_covers_the_required_bugs():
     assert len(CORPUS["bug"]) >= 20
-    assert {c.module for c in CORPUS["bug"]} == {"attention", "heads", "masks", "mha", "positional"}
+    modules = {c.module for c in CORPUS["bug"]}
+    assert set(MODULES) <= modules <= set(PARTS), f"expected planted bugs in every part handed out, found {modules}"
 
 
 HANG = """[[hostile]]
@@ -107,7 +111,7 @@ def test_a_case_without_call_timeout_gets_the_suites_default_and_one_with_it_its
     assert load_corpus(path)["hostile"][0].call_timeout == 2.0
 
 
-MODULE_CASES = [  # the graders' modules and inputs (autograder/graders/test_mha.py)
+MODULE_CASES = [  # the graders' modules and inputs (parts/mha/test_mha.py)
     ("CausalAttention", (3, 4, 6), (2, 6, 3)),
     ("CausalAttention", (8, 4, 10, 0.0, True), (3, 7, 8)),
     ("StackedMultiHeadAttention", (5, 3, 8, 0.0, 4), (2, 7, 5)),
@@ -124,7 +128,7 @@ def test_module_diagnoses_name_their_own_mistake_and_never_the_reference(name, a
     torch.manual_seed(0)
     module = getattr(ref_mha, name)(*args).eval()
     x = randn(*shape)
-    variants = diagnose.module_variants(name, params_of(module), x, args[4] if len(args) > 4 else None)
+    variants = mha_dx.module_variants(name, params_of(module), x, args[4] if len(args) > 4 else None)
     assert len(variants) >= 8, sorted(variants)
     with torch.no_grad():
         assert diagnose.match(module(x), variants) is None
@@ -134,13 +138,13 @@ def test_module_diagnoses_name_their_own_mistake_and_never_the_reference(name, a
 
 @pytest.mark.parametrize("mask", [False, True])
 def test_attention_diagnoses_name_their_own_mistake(mask):
-    """Likewise for diagnose.attention_variants on the inputs of the attention graders' compare_cases (a mistake
+    """Likewise for attention_dx.attention_variants on the inputs of the attention graders' compare_cases (a mistake
     that changes nothing on an input, a symmetric mask transposed, is no evidence there: it names nothing)."""
     for lead, L, S, d_k, d_v in [((), 2, 2, 2, 2), ((3,), 4, 4, 8, 8), ((2,), 3, 5, 4, 6), ((2, 3), 5, 7, 8, 3)]:
         q, k, v = randn(*lead, L, d_k), randn(*lead, S, d_k, seed=1), randn(*lead, S, d_v, seed=2)
         m = random_mask(*lead, L, S, seed=7) if mask else None
         out, weights = ref_attention.scaled_dot_product_attention(q, k, v, mask=m)
-        variants = diagnose.attention_variants(q, k, v, m)
+        variants = attention_dx.attention_variants(q, k, v, m)
         for slot, expected in ((0, out), (1, weights)):
             values = {n: pair[slot] for n, pair in variants.items()}
             for wrong, value in values.items():
@@ -162,15 +166,15 @@ def test_a_coarse_tolerance_names_the_nearest_mistake_not_every_one_within_it():
 
 
 def test_an_error_names_a_mistake_only_when_that_mistake_raises_exactly_that_error():
-    """diagnose.attention_errors: the mistakes that raise on the inputs (a mask transposed when L != S, dropout
+    """attention_dx.attention_errors: the mistakes that raise on the inputs (a mask transposed when L != S, dropout
     applied to the output) are named by their exact error, and another error, or the right type with another
     message, names nothing."""
     from autograder.sandbox.errors import StudentError
 
     q, k, v = randn(2, 3, 4), randn(2, 5, 4, seed=1), randn(2, 5, 6, seed=2)  # L = 3, S = 5, d_v = 6
     mask, pattern = random_mask(2, 3, 5), torch.full((2, 3, 5), 2.0)
-    errors = diagnose.attention_errors(q, k, v, mask, pattern)
-    assert set(errors.values()) == {diagnose.TRANSPOSED_MASK, diagnose.DROPOUT_ON_OUTPUT}
+    errors = attention_dx.attention_errors(q, k, v, mask, pattern)
+    assert set(errors.values()) == {attention_dx.TRANSPOSED_MASK, attention_dx.DROPOUT_ON_OUTPUT}
     hint = diagnose.raised_like(lambda: errors)
 
     def raised(exc_type, detail):
@@ -178,13 +182,13 @@ def test_an_error_names_a_mistake_only_when_that_mistake_raises_exactly_that_err
 
     for error, name in errors.items():
         assert hint(raised(*error.split(": ", 1))) == name
-    transposed = next(e for e, n in errors.items() if n == diagnose.TRANSPOSED_MASK)
+    transposed = next(e for e, n in errors.items() if n == attention_dx.TRANSPOSED_MASK)
     assert hint(raised("ValueError", transposed.split(": ", 1)[1])) is None
     assert hint(raised("RuntimeError", "The size of tensor a (7) must match the size of tensor b (9)")) is None
-    assert diagnose.attention_errors(q, k, v) == {}  # nothing raises without a mask or a dropout
+    assert attention_dx.attention_errors(q, k, v) == {}  # nothing raises without a mask or a dropout
     q, k, v = randn(2, 3, 4, 8), randn(2, 3, 4, 8, seed=1), randn(2, 3, 4, 8, seed=2)  # (B, H, T, d_k)
     mask = random_mask(4, 4)  # (T, T): mask.unsqueeze(1), (4, 1, 4), does not broadcast with (2, 3, 4, 4)
-    assert list(diagnose.attention_errors(q, k, v, mask).values()) == [diagnose.UNSQUEEZED_MASK]
+    assert list(attention_dx.attention_errors(q, k, v, mask).values()) == [attention_dx.UNSQUEEZED_MASK]
 
 
 
@@ -193,18 +197,18 @@ def test_a_fill_of_minus_1e9_is_named_by_the_error_it_raises_in_float16_only():
     exact error names the fill and its fix. In float32 and bfloat16 the fill raises nothing: nothing is named."""
     q, k, v = randn(2, 3, 4), randn(2, 5, 4, seed=1), randn(2, 5, 6, seed=2)
     mask = random_mask(2, 3, 5)
-    errors = diagnose.attention_errors(*(t.half() for t in (q, k, v)), mask)
-    error = next(e for e, n in errors.items() if n == diagnose.HALF_FILL)
+    errors = attention_dx.attention_errors(*(t.half() for t in (q, k, v)), mask)
+    error = next(e for e, n in errors.items() if n == attention_dx.HALF_FILL)
     try:
         (q.half() @ k.half().transpose(-2, -1)).masked_fill(mask == 0, -1e9)  # the student's spelling of it
     except RuntimeError as exc:
         assert f"RuntimeError: {exc}" == error
     else:
         raise AssertionError("a fill of -1e9 raised nothing in float16")
-    assert "float('-inf')" in diagnose.HALF_FILL and "torch.finfo(scores.dtype).min" in diagnose.HALF_FILL
+    assert "float('-inf')" in attention_dx.HALF_FILL and "torch.finfo(scores.dtype).min" in attention_dx.HALF_FILL
     for dtype in (torch.float32, torch.bfloat16):
-        named = diagnose.attention_errors(*(t.to(dtype) for t in (q, k, v)), mask).values()
-        assert diagnose.HALF_FILL not in named, dtype
+        named = attention_dx.attention_errors(*(t.to(dtype) for t in (q, k, v)), mask).values()
+        assert attention_dx.HALF_FILL not in named, dtype
 
 
 TABLE_FAULTS = ["positional-sin-cos-concatenated", "positional-sin-cos-swapped", "positional-exponent-i",

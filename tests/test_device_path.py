@@ -16,7 +16,7 @@ from tests.conftest import MODULES, SOLUTIONS, TEMPLATE
 
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes
 
-GRADERS = {m: importlib.import_module(f"autograder.graders.test_{m}") for m in MODULES}
+GRADERS = {m: importlib.import_module(f"parts.{m}.test_{m}") for m in MODULES}
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def test_importing_the_graders_asks_nothing_about_cuda():
     code = ("import torch\ncalls = []\n"
             "torch.cuda.is_available = lambda: calls.append('is_available') or False\n"
             "torch.cuda.device_count = lambda: calls.append('device_count') or 0\n"
-            + "".join(f"import autograder.graders.test_{m}\n" for m in MODULES) + "print(calls)\n")
+            + "".join(f"import parts.{m}.test_{m}\n" for m in MODULES) + "print(calls)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", done.stdout

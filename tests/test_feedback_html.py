@@ -396,7 +396,7 @@ def graders_checks(module):
     import importlib
     import inspect
 
-    graders = importlib.import_module(f"autograder.graders.test_{module}")
+    graders = importlib.import_module(f"parts.{module}.test_{module}")
     found = []
     for name, fn in inspect.getmembers(graders, inspect.isfunction):
         marks = [m for m in getattr(fn, "pytestmark", []) if m.name == "points"]

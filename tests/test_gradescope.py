@@ -92,7 +92,7 @@ def test_zip_holds_the_scripts_and_the_kit_files_only(autograder_zip):
     assert [i.filename for i in infos] == names
     assert len(set(names)) == len(names)
     assert {n.split("/")[0] for n in names} == {*SCRIPTS, "grader_cli.py", "requirements.txt", "requirements.lock",
-                                                "autograder", "solutions"}
+                                                "autograder", "parts", "solutions"}
     for name in names:
         parts = name.split("/")
         assert "__pycache__" not in parts and not name.endswith(".pyc"), name
@@ -101,6 +101,7 @@ def test_zip_holds_the_scripts_and_the_kit_files_only(autograder_zip):
                    if "__pycache__" not in p.parts}
     assert kit_sources | {"autograder/graders/pytest.ini"} <= set(names)
     assert {f"solutions/{m}.py" for m in MODULES} <= set(names)
+    assert {f"parts/{m}/test_{m}.py" for m in MODULES} | {f"parts/{m}/part.toml" for m in MODULES} <= set(names)
     modes = {i.filename: i.external_attr >> 16 for i in infos}
     for script in SCRIPTS:
         assert modes[script] == 0o100755, oct(modes[script])

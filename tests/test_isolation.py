@@ -92,6 +92,7 @@ def test_the_student_process_sees_only_system_folders_its_copy_and_an_empty_tmp(
     visible = json.dumps({k: v for k, v in seen.items() if k != "env"})
     for name in ("autograder", "solutions", "assignments", "grader_cli.py"):
         assert name not in visible, f"the student process can see {name!r}: {visible}"
+    assert '"parts"' not in visible, f"the student process can see the part folders (parts/): {visible}"  # an entry
     assert "marker-of-this-submission.txt" not in json.dumps(seen), "only the .py files are copied"
 
 

@@ -92,12 +92,14 @@ def test_every_grading_collects_the_graders_the_warm_server_imported():
     without its name in GRADER_PRELOAD, or a pytest that imported the file again, would cost every grading."""
     from _pytest.pathlib import ImportMode, import_path
 
+    from autograder import registry
     from autograder.grade.engine import GRADER_PRELOAD
     from autograder.paths import GRADERS
 
     assert "--import-mode=importlib" in (GRADERS / "pytest.ini").read_text()
-    for path in sorted(GRADERS.glob("test_*.py")):
-        name = f"autograder.graders.{path.stem}"
+    assert not list(GRADERS.glob("test_*.py")), "expected the graders in the part folders (parts/<name>/) alone"
+    for part in registry.parts():
+        path, name = part.graders, part.grader_module
         assert name in GRADER_PRELOAD, f"expected {name} among the grader server's preloaded modules"
         preloaded = importlib.import_module(name)
         collected = import_path(path, mode=ImportMode.importlib, root=GRADERS, consider_namespace_packages=False)
@@ -175,6 +177,8 @@ def test_python_dash_m_autograder_is_the_command_line(tmp_path):
 LAYERS = [
     ("foundations: stdlib only, no other module of the kit",
      {"autograder", "autograder.paths", "autograder.files", "autograder.scoring", "autograder.course"}),
+    ("the parts: each part of the assignment one folder, parts/<name>/, read from autograder.PARTS",
+     {"autograder.registry"}),
     ("the submission: what a student hands in, read without following a link, notebooks turned into modules",
      {"autograder.submission", "autograder.submission.intake", "autograder.submission.folder",
       "autograder.submission.forms", "autograder.submission.zips", "autograder.submission.notebooks",
@@ -202,9 +206,7 @@ LAYERS = [
       "autograder.grade.spec", "autograder.grade.engine", "autograder.grade.timing", "autograder.grade.bench",
       "autograder.grade.batch",
       "autograder.grade.shards", "autograder.grade.classpage", "autograder.grade.similarity",
-      "autograder.graders", "autograder.graders.common", "autograder.graders.blame",
-      "autograder.graders.test_attention", "autograder.graders.test_heads", "autograder.graders.test_masks",
-      "autograder.graders.test_mha", "autograder.graders.test_positional"}),
+      "autograder.graders", "autograder.graders.common", "autograder.graders.blame"}),
     ("the release step and the platforms: the student template, its self-check and the tutorials it cites, "
      "Gradescope, nbgrader",
      {"autograder.release", "autograder.selfcheck", "autograder.tutorials", "autograder.integrations",

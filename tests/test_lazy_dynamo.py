@@ -10,7 +10,7 @@ from tests.conftest import ROOT
 PROBE = '''
 import json, os, sys
 import torch
-from autograder.grade import diagnose
+from parts.attention import diagnose
 
 
 def test_probe():

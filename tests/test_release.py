@@ -62,7 +62,18 @@ def test_checked_in_template_is_up_to_date():
 
 def test_source_notebooks_module_cells_are_in_sync():
     stale = release.check_sources()
-    assert stale == [], f"module cells differ from solutions/ ({stale}); run `python grader_cli.py release`"
+    assert stale == [], f"module cells differ from the parts' solutions ({stale}); run `python grader_cli.py release`"
+
+
+def test_check_sources_names_a_stale_copy_of_a_solution_and_an_extra_file(tmp_path):
+    """solutions/ is the release's: a copy that differs from its part's solution.py, or a file of no part, is
+    named (and the release writes the one, removes the other)."""
+    shutil.copytree(release.SOLUTIONS_DIR, tmp_path / "solutions", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "solutions" / "masks.py").write_text("edited by hand\n")
+    (tmp_path / "solutions" / "rotary.py").write_text("a part that is not one\n")
+    step = next(s for s in release.steps(solutions_dir=tmp_path / "solutions") if s.shown_as == "solutions/")
+    assert step.stale() == ["masks.py", "rotary.py"]
+    assert step.write() == ["masks.py", "rotary.py"] and step.stale() == []
 
 
 def test_check_sources_detects_an_edited_module_cell(tmp_path):
@@ -269,16 +280,17 @@ def test_the_documentation_states_the_markers_points_wherever_it_gives_them():
 
 @pytest.mark.grading
 def test_a_changed_marker_makes_release_check_name_everything_that_shows_points(tmp_path, monkeypatch):
-    graders = tmp_path / "graders"
-    shutil.copytree(release.GRADERS_DIR, graders)
-    source = (graders / "test_masks.py").read_text()
+    parts = tmp_path / "parts"
+    shutil.copytree(release.PARTS_DIR, parts, ignore=shutil.ignore_patterns("__pycache__"))
+    kit = release.grader_points()["masks"].points
+    source = (parts / "masks" / "test_masks.py").read_text()
     assert source.count('@points(3, "mask")') == 1
-    (graders / "test_masks.py").write_text(source.replace('@points(3, "mask")', '@points(4, "mask")'))
-    monkeypatch.setattr(release, "GRADERS_DIR", graders)
-    assert release.grader_points()["masks"].points == release.grader_points(release.ROOT / "autograder" / "graders")[
-        "masks"].points + 1
+    (parts / "masks" / "test_masks.py").write_text(source.replace('@points(3, "mask")', '@points(4, "mask")'))
+    monkeypatch.setattr(release, "PARTS_DIR", parts)
+    assert release.grader_points()["masks"].points == kit + 1
     stale = release.check_sources()
     assert set(stale) == {f"assignments/mha/{n}" for n in release.NOTEBOOKS.values()} | {
+        f"parts/{m}/notebook.ipynb" for m in release.NOTEBOOKS} | {
         "autograder/selfcheck.py"} | _pages_with_blocks("points", "parts"), stale
     assert set(release.check_template()) >= {*release.NOTEBOOKS.values(), "README.md", "selfcheck.py"}
 

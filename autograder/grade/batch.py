@@ -282,7 +282,7 @@ def content_digest(path: Path, max_unzipped: int | None = None) -> str:
 def kit_digest() -> str:
     """A hash of the kit's code that decides a grade: the engine, the graders, the reference solution."""
     h = hashlib.sha256()
-    for folder in ("autograder", "solutions"):
+    for folder in ("autograder", "parts", "solutions"):
         for file in sorted((KIT / folder).rglob("*.py")):
             h.update(str(file.relative_to(KIT)).encode() + b"\0" + file.read_bytes() + b"\0")
     return h.hexdigest()

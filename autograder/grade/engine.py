@@ -2,7 +2,7 @@
 
 `grade(path)` accepts a folder of the five modules (as .py files or as
 notebooks such as `01_attention.ipynb`), a zip of one, or a single notebook. It runs
-the hidden graders (pytest, `autograder/graders/`) in a separate trusted
+the hidden graders (pytest, `parts/<name>/test_<name>.py`) in a separate trusted
 process, which in turn runs the student's code in a sandboxed child, and
 returns a GradeReport. It never raises for a bad submission: a crash, a hang
 or a broken zip still yields a report with a status and a message.
@@ -29,6 +29,7 @@ from pathlib import Path
 from autograder import MODULES
 from autograder.files import read_signed
 from autograder.grade.spec import GradingSpec
+from autograder import registry
 from autograder.paths import GRADERS
 from autograder.report.model import GradeReport, TestResult
 from autograder.sandbox import batchlock
@@ -133,8 +134,7 @@ class LazyServers:
 #: (pytest's importlib mode takes a test module already in sys.modules as it is: each fork collects the server's
 #: copy instead of compiling and running the five files again, ~20 ms of CPU a grading).
 GRADER_PRELOAD = ("torch", "autograder.grade.plugin", "autograder.grade.checks", "autograder.grade.diagnose",
-                  "autograder.graders.common", "autograder.grade.timing", "solutions",
-                  *(f"autograder.graders.test_{module}" for module in MODULES))
+                  "autograder.graders.common", "autograder.grade.timing", "solutions", *registry.grader_modules())
 
 
 def _key_pipe(key):
@@ -269,7 +269,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
             # a class run: explicit, as servers may predate it
             batch_dir=str(batch) if batch is not None else None,
             course=course.grading() if course is not None else {})
-        args = [str(GRADERS), "-c", str(GRADERS / "pytest.ini"), "--rootdir", str(GRADERS),
+        args = [*map(str, registry.grader_files(course.parts if course is not None else MODULES)), "-c", str(GRADERS / "pytest.ini"), "--rootdir", str(GRADERS),
                 "-p", "autograder.grade.plugin", "-q", "--no-header", "--tb=no", "--spec", spec.to_json()]
         if select:
             args += ["-k", select]
@@ -307,7 +307,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
 def _error_lines(log):
     """The error lines of a pytest log, without the source lines its tracebacks show (graders are hidden)."""
     lines = [ln for ln in log.splitlines() if re.match(r"(E |ERROR|INTERNALERROR> \w*(Error|Exception)|\w+Error\b)", ln)]
-    return (":\n" + "\n".join(lines[-8:])) if lines else " (no error message; run pytest on autograder/graders to see why)"
+    return (":\n" + "\n".join(lines[-8:])) if lines else " (no error message; run pytest on parts/*/test_*.py to see why)"
 
 
 def _timings(t0, times, tests):

@@ -114,6 +114,8 @@ def kit_files(kit: Path = KIT) -> list[tuple[str, Path]]:
              kit / "autograder" / "graders" / "pytest.ini"]
     paths += [p for p in (kit / "autograder").rglob("*.py") if "__pycache__" not in p.parts]
     paths += list((kit / "solutions").glob("*.py"))
+    paths += [p for p in (kit / "parts").rglob("*")  # each part's graders, diagnoses and part.toml
+              if (p.suffix == ".py" or p.name == "part.toml") and "__pycache__" not in p.parts]
     return sorted((p.relative_to(kit).as_posix(), p) for p in paths)
 
 

@@ -15,7 +15,7 @@ from autograder.paths import KIT as ROOT
 #: held to the same totals by a guard (diskguard.py).
 WRITABLE = {"tmp_bytes": 256 << 20, "copy_bytes": 64 << 20, "files": 4096}
 #: What the student process never sees, even where it cannot be hidden by namespaces it is never copied.
-INSTRUCTOR_ONLY = ("autograder", "solutions", "assignments", "tests", "examples", "benchmarks", ".git")
+INSTRUCTOR_ONLY = ("autograder", "parts", "solutions", "assignments", "tests", "examples", "benchmarks", ".git")
 
 
 @dataclass(frozen=True)

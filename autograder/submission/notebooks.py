@@ -28,7 +28,7 @@ import re
 import sys
 from pathlib import Path
 
-from autograder import MODULES
+from autograder import MODULES, PARTS
 
 #: The words of a file name's stem, for the name rule (`modules_named`): a copy mark `(N)`, a run of ASCII
 #: digits, or a run of other letters and digits; everything else (`_`, `-`, spaces, dots, brackets) separates words.
@@ -117,8 +117,8 @@ def modules_named(stem) -> tuple[str, ...]:
 
 
 def notebook_name(module) -> str:
-    """The module's notebook as released: 01_attention.ipynb, ..."""
-    return f"{MODULES.index(module) + 1:02d}_{module}.ipynb"
+    """The module's notebook as released: 01_attention.ipynb, ...: its place in autograder.PARTS, and its name."""
+    return f"{PARTS.index(module) + 1:02d}_{module}.ipynb"
 
 
 def module_of_notebook(path: Path) -> str | None:

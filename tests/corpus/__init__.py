@@ -1,8 +1,9 @@
 """The submission corpus: planted bugs and correct alternatives, as data.
 
-The cases live in ``submissions.toml`` next to this file; each one is the
-reference solution with a few textual patches applied. This module reads the
-file and writes a case out as a submission folder::
+The cases live in each part's folder, ``parts/<name>/corpus.toml`` (and
+``submissions.toml`` next to this file, whose header says the format); each one
+is the reference solution with a few textual patches applied. This module reads
+them all and writes a case out as a submission folder::
 
     from tests.corpus import load_corpus, materialize
 
@@ -42,6 +43,7 @@ __all__ = [
     "ATTACK_KINDS",
     "AttackCase",
     "CORPUS_FILE",
+    "corpus_files",
     "KINDS",
     "Link",
     "MODULES",
@@ -63,14 +65,23 @@ __all__ = [
 ]
 
 #: The modules of a submission, in the order of the contract: the kit's own list (autograder.MODULES).
-from autograder import MODULES  # noqa: E402
+from autograder import MODULES, PARTS  # noqa: E402
 
 #: Their file names.
 MODULE_FILES: tuple[str, ...] = tuple(f"{m}.py" for m in MODULES)
 #: The tables of submissions.toml: planted bugs, correct alternatives, hostile or broken submissions.
 KINDS: tuple[str, ...] = ("bug", "alternative", "hostile")
-#: The corpus file.
+#: The corpus file that says the format (its cases, if any, are loaded with the parts').
 CORPUS_FILE = Path(__file__).resolve().with_name("submissions.toml")
+
+
+def corpus_files() -> list[Path]:
+    """Every file of the corpus: CORPUS_FILE, then each part's parts/<name>/corpus.toml (autograder.PARTS order)."""
+    from autograder.paths import PARTS_DIR
+
+    return [CORPUS_FILE, *(f for f in (PARTS_DIR / name / "corpus.toml" for name in PARTS) if f.is_file())]
+
+
 #: The adversarial corpus.
 ATTACKS_FILE = Path(__file__).resolve().with_name("attacks.toml")
 #: The attacks the adversarial corpus must cover (an attack case's `attack`); more may be added.
@@ -291,8 +302,8 @@ def _case_from_entry(kind: str, index: int, entry: dict) -> Case:
     where = _check_header(kind, index, entry, keys, ("id", "module", "description"))
     case_id = entry["id"]
     module = entry["module"]
-    if module not in MODULES:
-        raise CorpusError(f"{where}: module {module!r} is not one of {MODULES}")
+    if module not in PARTS:
+        raise CorpusError(f"{where}: module {module!r} is not one of autograder.PARTS {PARTS}")
     if "\n" in entry["description"]:
         raise CorpusError(f"{where}: description must be one line")
     raw_patches = entry.get("patch")
@@ -325,29 +336,31 @@ def _case_from_entry(kind: str, index: int, entry: dict) -> Case:
                 _call_timeout(entry, where), on, also_fails)
 
 
-def load_corpus(path: Path | str = CORPUS_FILE) -> dict[str, list[Case]]:
-    """Read submissions.toml: {"bug": [Case, ...], "alternative": [Case, ...]}.
+def load_corpus(path: Path | str | None = None) -> dict[str, list[Case]]:
+    """Read the corpus, every file of corpus_files() (or the one file `path`): {"bug": [Case, ...],
+    "alternative": [Case, ...], "hostile": [...]}, each kind in file order.
 
-    Raises CorpusError when the file is malformed (unknown table, bad id,
-    duplicate id, unknown module, a patch touching another module, ...).
+    Raises CorpusError when a file is malformed (unknown table, bad id,
+    duplicate id over all the files, unknown module, a patch touching another module, ...).
     """
-    with open(path, "rb") as fh:
-        data = tomllib.load(fh)
-    unknown = set(data) - set(KINDS)
-    if unknown:
-        raise CorpusError(f"{path}: unknown tables {sorted(unknown)}")
-    corpus: dict[str, list[Case]] = {}
+    corpus: dict[str, list[Case]] = {kind: [] for kind in KINDS}
     seen: set[str] = set()
-    for kind in KINDS:
-        entries = data.get(kind, [])
-        if not isinstance(entries, list):
-            raise CorpusError(f"{path}: {kind!r} must be an array of tables ([[{kind}]])")
-        cases = [_case_from_entry(kind, i, e) for i, e in enumerate(entries)]
-        for case in cases:
-            if case.id in seen:
-                raise CorpusError(f"{path}: duplicate id {case.id!r}")
-            seen.add(case.id)
-        corpus[kind] = cases
+    for file in ([Path(path)] if path is not None else corpus_files()):
+        with open(file, "rb") as fh:
+            data = tomllib.load(fh)
+        unknown = set(data) - set(KINDS)
+        if unknown:
+            raise CorpusError(f"{file}: unknown tables {sorted(unknown)}")
+        for kind in KINDS:
+            entries = data.get(kind, [])
+            if not isinstance(entries, list):
+                raise CorpusError(f"{file}: {kind!r} must be an array of tables ([[{kind}]])")
+            cases = [_case_from_entry(kind, i, e) for i, e in enumerate(entries)]
+            for case in cases:
+                if case.id in seen:
+                    raise CorpusError(f"{file}: duplicate id {case.id!r}")
+                seen.add(case.id)
+            corpus[kind] += cases
     alternatives = {case.id: case for case in corpus["alternative"]}
     for kind in KINDS:
         for i, case in enumerate(corpus[kind]):
@@ -358,7 +371,7 @@ def load_corpus(path: Path | str = CORPUS_FILE) -> dict[str, list[Case]]:
     return corpus
 
 
-def all_cases(path: Path | str = CORPUS_FILE) -> list[Case]:
+def all_cases(path: Path | str | None = None) -> list[Case]:
     """Every case, bugs first, in file order."""
     corpus = load_corpus(path)
     return [case for kind in KINDS for case in corpus[kind]]

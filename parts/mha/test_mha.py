@@ -3,13 +3,14 @@ import re
 
 import torch
 
-from autograder.grade import checks, diagnose, timing
+from autograder.grade import checks, timing
 from autograder.grade.checks import needs_cuda, needs_student_cuda, points
 from autograder.graders import blame
 from autograder.graders.common import (SEED_004_FUSED, SEED_004_INPUTS, SEED_004_STACKED, on_device_error,
                                        params_of, randn, seeded, where_raised)
 from autograder.sandbox.errors import StudentError
 from autograder.sandbox.seeding import manual_seed
+from parts.mha import diagnose
 from solutions import mha as ref
 
 # Operators that multiply matrices, as torch's dispatcher sees them.

@@ -3,10 +3,11 @@ import math
 
 import torch
 
-from autograder.grade import checks, diagnose
+from autograder.grade import checks
 from autograder.grade.checks import needs_cuda, needs_student_cuda, points
 from autograder.graders.common import (SEED_001_Q, fixed_device, heatmap, made_on_fixed_device, random_mask,
                                       randn)
+from parts.attention import diagnose
 from solutions import attention as ref
 
 FN = "scaled_dot_product_attention"

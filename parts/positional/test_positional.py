@@ -3,10 +3,11 @@ import math
 
 import torch
 
-from autograder.grade import checks, diagnose
+from autograder.grade import checks
 from autograder.grade.checks import needs_cuda, needs_student_cuda, points
 from autograder.graders.common import on_device_error, randn
 from autograder.sandbox.errors import StudentError
+from parts.positional import diagnose
 from solutions import positional as ref
 
 CASES = [(1, 2), (4, 6), (10, 16), (50, 64)]  # (seq_len, d_model), smallest first
