@@ -25,7 +25,7 @@ writes each notebook's task cell ``<module>-hidden-graders`` (its nbgrader
 ``points`` and its heading "Hidden graders (N points)"), the points table of
 the student README, the ``POINTS`` line of the self-check and the kit
 documentation's generated blocks (``kit_docs_texts()``): the points table and
-the five parts, wherever they stand in ``README.md`` and ``docs/``. The
+the parts, wherever they stand in ``README.md`` and ``docs/``. The
 tutorials the kit cites have one source too, ``autograder/tutorials.py``: the
 student README and the kit's documentation print its table. It also writes ``autograder/submission/released.py``: what
 grading needs to know of the released template (the code digests of each
@@ -49,6 +49,7 @@ from typing import Callable
 from pathlib import Path
 
 from autograder import MODULES, OPTIONAL, PARTS, tutorials
+from autograder.scoring import count_word
 
 from autograder.paths import ASSIGNMENTS, DOCS, GRADERS as GRADERS_DIR, KIT as ROOT, PACKAGE, PARTS_DIR
 from autograder.paths import README as KIT_README
@@ -241,7 +242,7 @@ def points_table(points: dict[str, Points], label=lambda module: f"`{module}`") 
 
 
 def parts_table(points: dict[str, Points], sources: dict[str, str] | None = None) -> str:
-    """The five parts as a Markdown table: notebook, file, what to implement (the public names of `sources`, module
+    """The parts handed out (those of `points`) as a Markdown table: notebook, file, what to implement (the public names of `sources`, module
     -> code; default: solutions/), points, and the total. The student README's and the kit documentation's."""
     if sources is None:
         sources = {name: _solution(name) for name in points}
@@ -308,7 +309,7 @@ def doc_files() -> list[Path]:
 
 def doc_blocks(points: dict[str, Points] | None = None) -> dict[str, str]:
     """Name -> content of every block of the kit's documentation that the release writes: `points` (from the
-    graders' markers), `parts` (the five parts, as the student README gives them) and `tutorials`
+    graders' markers), `parts` (the parts, as the student README gives them) and `tutorials`
     (autograder.tutorials)."""
     points = grader_points() if points is None else points
     return {"points": points_table(points), "parts": parts_table(points), "tutorials": tutorials.table()}
@@ -395,15 +396,12 @@ def generated_files() -> dict[str, str]:
             "autograder/submission/released.py": released_text()}
 
 
-_COUNT = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
-
-
 def _readme(sources: dict[str, str], points: dict[str, Points] | None = None) -> str:
     """The student README: the parts and their points, what to install, how to work, what to hand in, the
     notation (stated once, here) and the rules of the contract."""
     points = grader_points() if points is None else points
     total = _total(points)
-    count = _COUNT.get(len(points), str(len(points)))
+    count = count_word(len(points))
     handed = (f"**Either the {count} notebooks or the {count} `.py` files**" if len(points) > 1 else
               "**Either the notebook or the `.py` file**")
     gpu = ""

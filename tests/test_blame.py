@@ -283,7 +283,7 @@ def test_an_mha_whose_own_dropout_is_wrong_is_not_excused_by_the_attentions(tmp_
 def test_the_device_check_inherits_a_fault_of_the_parts_too(tmp_path):
     """The CUDA check's logic (check_device), run on the CPU: a CausalAttention given the weights where the context
     should be (the student's attention returns (weights, output)) is right given its parts there as elsewhere."""
-    from autograder.graders import test_mha
+    from parts.mha import test_mha
     from autograder.sandbox.client import Sandbox
 
     folder = with_part(composed_submission(tmp_path / "device"), "attention", *UNUSABLE["attention"])

@@ -82,7 +82,7 @@ def test_measurement_thresholds():
 def test_each_timed_check_names_the_threshold_in_force():
     """The check's description (the student's feedback, the points table) says the limit the grading applies: a
     threshold changed in timing.py alone once left "at least 3x" on a check that asked for 4x."""
-    from autograder.graders import test_mha
+    from parts.mha import test_mha
 
     for check, limit in ((test_mha.test_fused_time_does_not_grow_with_heads, timing.GROWTH_LIMIT),
                          (test_mha.test_fused_faster_than_reference_stacked, timing.MIN_SPEEDUP),
