@@ -1,8 +1,9 @@
 """Hidden graders for heads.py: split_heads and merge_heads."""
 import torch
 
-from autograder.grade import checks, diagnose
-from autograder.grade.checks import needs_cuda, needs_student_cuda, points
+from autograder.grade import diagnose
+from autograder.graders import checks
+from autograder.graders.checks import needs_cuda, needs_student_cuda, points
 from autograder.graders.common import fixed_device, made_on_fixed_device, randn
 from solutions import heads as ref
 

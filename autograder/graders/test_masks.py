@@ -1,8 +1,9 @@
 """Hidden graders for masks.py: causal_mask."""
 import torch
 
-from autograder.grade import checks, diagnose
-from autograder.grade.checks import needs_cuda, needs_student_cuda, points
+from autograder.grade import diagnose
+from autograder.graders import checks
+from autograder.graders.checks import needs_cuda, needs_student_cuda, points
 
 SIZES = (1, 2, 4, 7)
 
