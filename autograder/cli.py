@@ -26,14 +26,14 @@ FORMAT_HELP = ("text: a readable report; json: all data for other tools; gradesc
 
 
 class ShardSpec(click.ParamType):
-    """K/N: shard K of N, K counting from 0 (autograder.grade.shards.parse)."""
+    """K/N: shard K of N, K counting from 0 (autograder.classrun.shards.parse)."""
 
     name = "K/N"
 
     def convert(self, value, param, ctx):
         if isinstance(value, tuple):
             return value
-        from autograder.grade.shards import parse
+        from autograder.classrun.shards import parse
 
         try:
             return parse(value)
@@ -184,7 +184,7 @@ def _write(report, text, output):
 def _print_version(ctx, param, value):
     if not value or ctx.resilient_parsing:
         return
-    from autograder.grade.batch import versions
+    from autograder.classrun.batch import versions
 
     v = versions()
     click.echo(f"mha-kit {v['kit']}\ntorch {v['torch']}\npython {v['python']}\n"
@@ -407,7 +407,7 @@ def grade_all(ctx, folder, output, jobs, force, shard, call_timeout, submission_
     could not write are left to a second run, which picks up where this one
     stopped; 130 after Ctrl-C.
     """
-    from autograder.grade import batch
+    from autograder.classrun import batch
     from autograder.sandbox.errors import GraderUnavailable
     from autograder.sandbox.isolation import choose_isolation
 
@@ -435,7 +435,7 @@ def grade_all(ctx, folder, output, jobs, force, shard, call_timeout, submission_
 def _grade_all(folder, output, jobs, force, shard, timeout, options):
     """grade-all, once OUT is locked (released when this returns or exits, and by the kernel when the process
     ends however it ends)."""
-    from autograder.grade import batch, shards
+    from autograder.classrun import batch, shards
     from autograder.report.model import GradeReport, safe_line
 
     try:
@@ -531,7 +531,7 @@ def merge(shard_outputs, output, course):
     OUTPUT is a shard's folder or a folder that holds something but no
     earlier merge.
     """
-    from autograder.grade import batch, shards
+    from autograder.classrun import batch, shards
 
     try:
         merged = shards.merge(shard_outputs, output, course)
@@ -560,9 +560,9 @@ def merge(shard_outputs, output, course):
 
 
 def _class_page(output) -> bool:
-    """Write OUT/class.html and OUT/class.csv from OUT's reports (autograder.grade.classpage) and say where; a
+    """Write OUT/class.html and OUT/class.csv from OUT's reports (autograder.classrun.classpage) and say where; a
     page that cannot be written is a warning, never a failed run (the gradebook and the reports are written)."""
-    from autograder.grade import classpage
+    from autograder.classrun import classpage
     from autograder.report.model import safe_line
 
     try:
@@ -595,7 +595,7 @@ def summary(out):
     Exit status: 0 when both were written; 2 when OUT holds no gradebook.csv
     or they cannot be written there.
     """
-    from autograder.grade import batch
+    from autograder.classrun import batch
 
     if not (out / batch.GRADEBOOK).is_file():
         click.echo(f"error: {out} holds no {batch.GRADEBOOK}: give the output folder of grade-all or merge", err=True)
@@ -642,10 +642,10 @@ def similarity(folder, output, templates, more, max_share, top, min_similarity, 
     Exit status: 0 when the outputs were written (whatever they found); 2
     when FOLDER cannot be read.
     """
-    from autograder.grade import similarity as sim
+    from autograder.classrun import similarity as sim
     from autograder.report.model import safe_line
 
-    from autograder.grade.batch import discover
+    from autograder.classrun.batch import discover
 
     with click.progressbar(length=len(discover(folder)), label="reading", file=sys.stderr) as bar:
         try:
@@ -697,7 +697,7 @@ def unfinished(shards_folder, n):
     Exit status: 0; 2 when SHARDS_FOLDER/K holds a shard of another K or N,
     or something that is no shard's output.
     """
-    from autograder.grade import shards
+    from autograder.classrun import shards
 
     try:
         left = shards.unfinished(shards_folder, n)

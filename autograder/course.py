@@ -10,7 +10,7 @@ file, and read it here (`load`), before anything is graded or written. Its table
     masks = 16         # each masks check's points scaled by 16/8: every check doubles
     mha = 40
 
-    [speed]            # optional: the thresholds of the MHA speed checks (autograder/grade/timing.py)
+    [speed]            # optional: the thresholds of the MHA speed checks (autograder/graders/timing.py)
     min_speedup = 4.0  # the fused MHA at least this many times faster than the reference stacked module
     max_slowdown = 4.0 # at most this many times slower than the reference fused module
     max_growth = 4.0   # its time grows with the head count at most this many times as the reference's

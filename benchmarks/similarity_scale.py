@@ -18,7 +18,7 @@ from autograder.paths import KIT as ROOT  # the kit is installed (make setup)
 
 sys.path.insert(0, str(ROOT))  # for the kit's test corpus (tests/corpus), which is not installed
 
-from autograder.grade import similarity  # noqa: E402
+from autograder.classrun import similarity  # noqa: E402
 from tests.corpus.generated import make_class, renamed_copy  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 """Benchmark: are the structure and speed checks reliable under load, and under attack?
 
-Runs the timed measurement of a grading (autograder.grade.timing.measure_for_grading,
+Runs the timed measurement of a grading (autograder.graders.timing.measure_for_grading,
 retries included: exactly what a grading runs, and what its structure and two
 speed checks read, `timing.earns`) RUNS times on each of: the honest modules
 (the reference fused module, the corpus's einsum and SDPA variants, and a fused
@@ -36,7 +36,7 @@ from autograder.paths import KIT as ROOT, SOLUTIONS  # the kit is installed (mak
 
 sys.path.insert(0, str(ROOT))  # for the kit's test corpus (tests/corpus), which is not installed
 
-from autograder.grade import timing  # noqa: E402
+from autograder.graders import timing  # noqa: E402
 from autograder.sandbox.client import Sandbox  # noqa: E402
 from tests.corpus import load_attacks, load_corpus, materialize  # noqa: E402
 

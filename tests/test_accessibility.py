@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grade import batch, classpage, similarity
+from autograder.classrun import batch, classpage, similarity
 from autograder.report.html import to_html
 from autograder.report.model import GradeReport
 from tests.conftest import ROOT, SOLUTIONS

@@ -27,7 +27,7 @@ from links that stay inside it, never through a link to the kit.
 `test_another_students_code_stays_private` grades a correct submission and
 an attacking one side by side: the attacker must neither earn with nor see
 the other student's code. `test_a_class_run_goes_on_and_no_neighbour_moves`
-grades the class-scenario cases with `grade-all` (autograder.grade.batch) next to
+grades the class-scenario cases with `grade-all` (autograder.classrun.batch) next to
 a correct neighbour: the run lists both, the neighbour keeps 100 with clean
 speed measurements.
 
@@ -104,7 +104,7 @@ from pathlib import Path
 import pytest
 
 import autograder
-from autograder.grade import batch as batch_module
+from autograder.classrun import batch as batch_module
 from autograder.grade.engine import WarmServers, grade
 from autograder.submission.take import SubmissionError, taken
 from autograder.report.formats import render

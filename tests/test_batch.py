@@ -13,7 +13,7 @@ from decimal import Decimal
 import pytest
 from click.testing import CliRunner
 
-from autograder.grade import batch
+from autograder.classrun import batch
 from autograder.report.html import md_inline, to_markdown
 from autograder.report.model import GradeReport
 from grader_cli import cli

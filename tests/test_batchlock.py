@@ -17,7 +17,7 @@ import time
 import pytest
 import torch
 
-from autograder.grade import timing
+from autograder.graders import timing
 from autograder.sandbox import batchlock, freeze
 from autograder.sandbox.client import Sandbox
 from tests.conftest import SOLUTIONS

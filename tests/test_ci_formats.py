@@ -358,7 +358,7 @@ def figures_in_every_format(report):
     import csv
     import io
 
-    from autograder.grade import batch
+    from autograder.classrun import batch
 
     D = (lambda x: Decimal(str(x)))
     out = {}

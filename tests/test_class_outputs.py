@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grade import batch, shards
+from autograder.classrun import batch, shards
 from tests.conftest import ROOT
 
 HANG_GUARD = 600  # seconds: a guard against a hang, never a bound on speed
@@ -81,7 +81,7 @@ def test_the_lock_is_counted_within_one_process(tmp_path):
     with batch.output_lock(tmp_path / "out") as locked:
         with batch.output_lock(tmp_path / "out"):
             pass
-        other = subprocess.run([sys.executable, "-c", "import sys; from autograder.grade import batch\n"
+        other = subprocess.run([sys.executable, "-c", "import sys; from autograder.classrun import batch\n"
                                 "with batch.output_lock(sys.argv[1]): pass", str(tmp_path / "out")],
                                capture_output=True, text=True, cwd=ROOT, timeout=HANG_GUARD)
     assert locked and other.returncode == 1 and "batch.Busy" in other.stderr and \
@@ -92,7 +92,7 @@ def test_a_shard_graded_from_the_library_is_refused_before_its_manifest_while_an
     folder = tmp_path / "class"
     folder.mkdir()
     (folder / "notes.txt").write_text("not a submission\n")
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; from autograder.grade import batch\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from autograder.classrun import batch\n"
                                "with batch.output_lock(sys.argv[1]):\n    print('held', flush=True); sys.stdin.read()",
                                str(tmp_path / "out")], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True)

@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from autograder import __version__
-from autograder.grade import batch, classpage, shards
+from autograder.classrun import batch, classpage, shards
 from autograder.report.model import csv_value
 from grader_cli import cli
 from tests.conftest import SOLUTIONS, TEMPLATE

@@ -45,7 +45,7 @@ def test_command_summaries_are_whole_and_grade_names_notebooks():
 
 def test_version_names_the_kit_torch_and_the_graders_checksum():
     import autograder
-    from autograder.grade import batch
+    from autograder.classrun import batch
 
     result = run("--version")
     assert result.exit_code == 0, result.output

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from autograder import MODULES, cli
 from autograder.course import CourseError, load, parse
-from autograder.grade import batch, classpage
+from autograder.classrun import batch, classpage
 from autograder.grade.engine import grade
 from autograder.integrations import gradescope
 from autograder.report.model import GradeReport
@@ -93,7 +93,8 @@ def test_a_bad_course_file_is_refused_naming_its_key(text, named):
                                      ["release", "-o", "{out}"], ["nbgrader-sync", "{sub}"]])
 def test_every_command_refuses_a_misspelt_key_before_anything_runs(tmp_path, monkeypatch, command):
     """Exit 2, the key named, and nothing graded, zipped, released or synced (the library is never called)."""
-    from autograder.grade import engine, shards
+    from autograder.classrun import shards
+    from autograder.grade import engine
     from autograder.integrations import nbgrader_sync
 
     def never(*args, **kwargs):

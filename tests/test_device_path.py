@@ -93,7 +93,7 @@ def test_a_cuda_check_is_skipped_not_failed_where_the_student_process_cannot_sta
     skipped with the reason, and its points count as the other checks of its module (the scoring's CUDA note)."""
     from types import SimpleNamespace
 
-    from autograder.grade.checks import needs_student_cuda
+    from autograder.graders.checks import needs_student_cuda
     from autograder.scoring import figures
 
     needs_student_cuda(SimpleNamespace(cuda_problem=lambda: None))  # CUDA starts there: the check runs

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from autograder.grade import timing
+from autograder.graders import timing
 from autograder.sandbox import freeze
 
 TREE = r"""

@@ -26,7 +26,7 @@ from html.parser import HTMLParser
 import pytest
 from click.testing import CliRunner
 
-from autograder.grade import batch
+from autograder.classrun import batch
 from autograder.grade.engine import grade
 from autograder.report.ci import to_classroom, to_junit
 from autograder.report.formats import render

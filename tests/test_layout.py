@@ -28,24 +28,30 @@ def _kit_modules() -> dict[str, Path]:
     return {_module_name(p): p for p in files}
 
 
+def _imports(path: Path) -> list[ast.stmt]:
+    return [node for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Import) or (isinstance(node, ast.ImportFrom) and node.module and not node.level)]
+
+
 def import_graph() -> dict[str, set[str]]:
-    """{module: the kit's modules it imports}; `from autograder import x` counts as importing autograder.x
-    when x is a module, and the package's face (autograder/__init__.py, which imports nothing) is left out."""
+    """{module: the kit's modules it imports}; `from autograder.grade import x` counts as importing
+    autograder.grade.x when x is a module, and a package's face that imports nothing (autograder/__init__.py,
+    autograder/grade/__init__.py, ...: a docstring) is left out: it can close no cycle, and a grader that imports
+    `from autograder.grade import diagnose` depends on diagnose, not on one grading's package."""
     modules = _kit_modules()
+    faces = {name for name, path in modules.items() if path.name == "__init__.py" and not _imports(path)}
     graph = {}
     for name, path in modules.items():
         edges = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _imports(path):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                targets = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
             else:
-                continue
+                targets = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
             for target in targets:
                 while target and target not in modules:  # `a.b.name` -> the module `a.b`
                     target = target.rpartition(".")[0]
-                if target and target != name and target != "autograder":
+                if target and target != name and target not in faces:
                     edges.add(target)
         graph[name] = edges
     return graph
@@ -201,12 +207,19 @@ LAYERS = [
     ("the report: the model and its formats",
      {"autograder.report", "autograder.report.model", "autograder.report.ci", "autograder.report.html",
       "autograder.report.formats"}),
-    ("grading: the hidden graders, their checks and plugin, the engine, the speedup measurement, a class",
-     {"autograder.grade", "autograder.grade.checks", "autograder.grade.diagnose", "autograder.grade.plugin",
-      "autograder.grade.spec", "autograder.grade.engine", "autograder.grade.timing", "autograder.grade.bench",
-      "autograder.grade.batch",
-      "autograder.grade.shards", "autograder.grade.classpage", "autograder.grade.similarity",
-      "autograder.graders", "autograder.graders.common", "autograder.graders.blame"}),
+    ("the graders: the hidden graders and their library (checks, the speed measurement, blame), run in the "
+     "graders' process",
+     {"autograder.graders", "autograder.graders.checks", "autograder.graders.timing", "autograder.graders.common",
+      "autograder.graders.blame", "autograder.grade.diagnose",
+      "autograder.graders.test_attention", "autograder.graders.test_heads", "autograder.graders.test_masks",
+      "autograder.graders.test_mha", "autograder.graders.test_positional"}),
+    ("one grading: the engine, the grading it hands the graders' process, the plugin that records it there, the "
+     "servers kept warm for it, the timing of implementations side by side",
+     {"autograder.grade", "autograder.grade.engine", "autograder.grade.spec", "autograder.grade.plugin",
+      "autograder.grade.bench"}),
+    ("a class: many gradings, their gradebook, shards and merge, the class page, similar submissions",
+     {"autograder.classrun", "autograder.classrun.batch", "autograder.classrun.shards",
+      "autograder.classrun.classpage", "autograder.classrun.similarity"}),
     ("the release step and the platforms: the student template, its self-check and the tutorials it cites, "
      "Gradescope, nbgrader",
      {"autograder.release", "autograder.selfcheck", "autograder.tutorials", "autograder.integrations",
@@ -253,10 +266,25 @@ def packages_across_layers(layers, modules) -> dict[str, list[str]]:
     return {package: sorted(labels) for package, labels in sorted(found.items()) if len(labels) > 1}
 
 
+#: Modules whose layer is not their folder's yet, each with why: a short list that only shrinks (a stray that is
+#: gone from the kit fails test_every_stray_is_still_there, so the entry leaves with it).
+STRAYS = {
+    "autograder.grade.diagnose": "the graders' library (the graders and checks.py import it), in grade/ until it "
+                                 "is split by part beside the graders (issue 52, item 2)",
+}
+
+
 def test_a_sub_package_sits_in_one_layer():
-    """submission/, sandbox/, report/, grade/ and graders/, integrations/: the folders are the architecture."""
-    found = packages_across_layers(LAYERS, _kit_modules())
+    """submission/, sandbox/, report/, graders/, grade/, classrun/, integrations/: the folders are the
+    architecture (the STRAYS aside)."""
+    modules = {name: path for name, path in _kit_modules().items() if name not in STRAYS}
+    found = packages_across_layers(LAYERS, modules)
     assert not found, f"expected each sub-package of autograder/ in one layer, found {found}"
+
+
+def test_every_stray_is_still_there():
+    gone = sorted(set(STRAYS) - set(_kit_modules()))
+    assert not gone, f"expected every module of STRAYS (tests/test_layout.py) in the kit, gone: {gone}; remove them"
 
 
 def test_the_package_check_sees_a_package_across_layers():

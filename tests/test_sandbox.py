@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from autograder.grade import checks
+from autograder.graders import checks
 from autograder.sandbox.client import MAX_STRIKES, Sandbox
 from autograder.sandbox.errors import StudentError
 from tests.conftest import unpaused_since

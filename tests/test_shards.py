@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from autograder.grade import batch, shards
+from autograder.classrun import batch, shards
 from grader_cli import cli
 from tests.conftest import MODULES
 

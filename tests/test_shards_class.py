@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grade import batch, shards
+from autograder.classrun import batch, shards
 from tests.conftest import ROOT, SOLUTIONS
 
 pytestmark = pytest.mark.grading  # every test here grades, through real grade-all processes

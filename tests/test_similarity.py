@@ -1,4 +1,4 @@
-"""Similar submissions (issue 38): `grader_cli.py similarity CLASS -o OUT` (autograder/grade/similarity.py).
+"""Similar submissions (issue 38): `grader_cli.py similarity CLASS -o OUT` (autograder/classrun/similarity.py).
 
 A small class where two students share a copy, one of them with every local renamed, its comments replaced,
 and handed in as notebooks, while the others start from the template: that pair ranks first, and no pair whose
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from autograder.grade import similarity
+from autograder.classrun import similarity
 from autograder.report.model import csv_value
 from grader_cli import cli
 from tests.conftest import ROOT, SOLUTIONS, TEMPLATE

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grade import batch, shards
+from autograder.classrun import batch, shards
 from tests.conftest import ROOT
 from tests.test_shards_class import COMPARED, compared, folders, make_class
 

@@ -11,7 +11,7 @@ run's do.
 import pytest
 import torch
 
-from autograder.grade import timing
+from autograder.graders import timing
 from autograder.grade.engine import grade
 from tests.conftest import SOLUTIONS
 from tests.corpus import load_corpus, materialize

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from autograder.grade import checks
+from autograder.graders import checks
 from autograder.grade.engine import grade
 from tests.conftest import SOLUTIONS
 

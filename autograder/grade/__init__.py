@@ -1,4 +1,7 @@
-"""Grading: one submission (engine: intake, then the hidden graders of parts/<name>/ run by pytest with
-the plugin, which records each check), the checks the graders share (checks), the known wrong variants a
-failure is matched against (diagnose), the speedup measurement (timing, and bench for the command line), and a
-whole class (batch: grade-all)."""
+"""Grading one submission, on the trusted side: the engine (intake, then the hidden graders of parts/<name>/ run by
+pytest in the graders' process), the grading as the engine hands it over (spec), the pytest plugin that records each
+check there (plugin), and bench (the command line's timing of MHA implementations side by side, on the graders'
+speed measurement). A whole class is autograder/classrun/.
+
+diagnose (the shared machinery the parts' own diagnoses, parts/<name>/diagnose.py, are matched with) is the graders'
+library and belongs beside them; it is here for now (tests/test_layout.py places it in the graders' layer: STRAYS)."""

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from autograder.grade import timing
+from autograder.graders import timing
 from solutions import mha as ref
 
 

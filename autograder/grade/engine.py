@@ -133,8 +133,8 @@ class LazyServers:
 #: checks and diagnoses, the graders' helpers, the timing, the reference solution, and the graders themselves
 #: (pytest's importlib mode takes a test module already in sys.modules as it is: each fork collects the server's
 #: copy instead of compiling and running the five files again, ~20 ms of CPU a grading).
-GRADER_PRELOAD = ("torch", "autograder.grade.plugin", "autograder.grade.checks", "autograder.grade.diagnose",
-                  "autograder.graders.common", "autograder.grade.timing", "solutions", *registry.grader_modules())
+GRADER_PRELOAD = ("torch", "autograder.grade.plugin", "autograder.graders.checks", "autograder.grade.diagnose",
+                  "autograder.graders.common", "autograder.graders.timing", "solutions", *registry.grader_modules())
 
 
 def _key_pipe(key):

@@ -71,7 +71,7 @@ def pytest_configure(config):
         config.stash[_SANDBOX] = sandbox
         if spec.course.get("speed"):  # the course file's thresholds, read by the speed checks as they run
             from autograder.course import SPEED
-            from autograder.grade import timing
+            from autograder.graders import timing
 
             for key, value in spec.course["speed"].items():
                 setattr(timing, SPEED[key], float(value))
@@ -169,7 +169,7 @@ def pytest_runtest_makereport(item, call):
             duration=round(report.duration, 4),
             data={k: v for k, v in report.user_properties},
         )
-        from autograder.grade import checks  # here, not at the top: see the module's docstring
+        from autograder.graders import checks  # here, not at the top: see the module's docstring
 
         notes = checks.take_notes()
         if report.passed:

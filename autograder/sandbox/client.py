@@ -83,7 +83,7 @@ class Sandbox(StudentProcess):
         seconds of them this thread ran on a CPU (writing requests, reading answers) are left in `relay_cpu`.
 
         So the student process holds a request's data only from the moment it is sent on: a timed block's
-        passes arrive one at a time (autograder/grade/timing.py). Every request is encoded before the first
+        passes arrive one at a time (autograder/graders/timing.py). Every request is encoded before the first
         is sent and every answer decoded after the last is read, so the seconds hold the student process's
         work and the pipes' alone. `timeout` and `answer_limit` hold for all of them together and for each.
         """

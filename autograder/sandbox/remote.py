@@ -90,7 +90,7 @@ class RemoteModule:
     def time(self, inputs, discard=False, timeout=None, stand_ins=None):
         """Run one forward pass per input (`inputs` stacked on dim 0); return (outputs, seconds, seconds waited).
 
-        For the caller to time (autograder.grade.timing): each pass is a request of its own, sent only once
+        For the caller to time (autograder.graders.timing): each pass is a request of its own, sent only once
         the pass before it has answered, with a copy of its input in a storage of its own, so a pass sees
         its own input alone, and only when it runs. `seconds`: from sending the first pass to reading the
         last answer; `seconds waited`: of them, this thread's run delay (`Sandbox.exchange`). `discard`:

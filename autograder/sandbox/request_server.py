@@ -264,7 +264,7 @@ def _op_count_ops(req):
 
 
 def _op_time(req):
-    """One timed forward pass, for the grader to time with its own clock (autograder/grade/timing.py).
+    """One timed forward pass, for the grader to time with its own clock (autograder/graders/timing.py).
 
     The grader sends each pass of a block as a request of its own, and only once the answer to the pass
     before it has been read back whole: a pass's input is in this process only from its own request on,

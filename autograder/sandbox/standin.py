@@ -27,7 +27,7 @@ contract says, and returns (dropped weights @ value, dropped weights). Those
 weights are the answer's own, which the caller gets anyway, and the dropout
 module and its random draws are the caller's.
 
-A public stand-in is the other kind, for timing (autograder/grade/timing.py): a
+A public stand-in is the other kind, for timing (autograder/graders/timing.py): a
 module whose own part crashes is timed with that part replaced by the operation
 the contract asks of it (PUBLIC: a transpose and a reshape, a `tril`, the
 formula of attention), which any student could write; it knows no answer, so

@@ -274,7 +274,7 @@ def _cuda_problem():
     """Where the machine has GPU nodes: why CUDA cannot start in this confined process, or None where it can
     (and where there are none). Asked before any student code runs and sent in the handshake, so that nothing a
     student writes can turn the grader's CUDA checks into skips, and no failure of the machine's (device nodes
-    this uid may not open, a limit CUDA cannot start under) costs a student points (autograder/grade/checks.py)."""
+    this uid may not open, a limit CUDA cannot start under) costs a student points (autograder/graders/checks.py)."""
     if not _GPU_NODES and "cuda" not in _libc.refused:
         return None
     try:

@@ -3,8 +3,8 @@ import math
 
 import torch
 
-from autograder.grade import checks
-from autograder.grade.checks import needs_cuda, needs_student_cuda, points
+from autograder.graders import checks
+from autograder.graders.checks import needs_cuda, needs_student_cuda, points
 from autograder.graders.common import (SEED_001_Q, fixed_device, heatmap, made_on_fixed_device, random_mask,
                                       randn)
 from parts.attention import diagnose

@@ -1,8 +1,8 @@
 """Hidden graders for heads.py: split_heads and merge_heads."""
 import torch
 
-from autograder.grade import checks
-from autograder.grade.checks import needs_cuda, needs_student_cuda, points
+from autograder.graders import checks
+from autograder.graders.checks import needs_cuda, needs_student_cuda, points
 from autograder.graders.common import fixed_device, made_on_fixed_device, randn
 from parts.heads import diagnose
 from solutions import heads as ref

@@ -17,8 +17,8 @@ import hashlib
 
 import torch
 
-from autograder.grade import checks, timing
-from autograder.grade.checks import points
+from autograder.graders import checks, timing
+from autograder.graders.checks import points
 from autograder.graders import blame
 from autograder.graders.common import params_of, randn
 from autograder.sandbox import batchlock
@@ -354,7 +354,7 @@ class FullPasses:
 
 def speed_measurement(student, record_property):
     """The student's decoding of SIZES' tokens against the reference's T full passes, by the kit's timing clocks
-    (autograder/grade/timing.py: the student's blocks by the wall clock less the machine's load, the references by
+    (autograder/graders/timing.py: the student's blocks by the wall clock less the machine's load, the references by
     this thread's CPU clock with the whole student side frozen; rounds interleaved, each side's best kept).
     Speed is judged whatever the values (the value checks grade those): the outputs need only the right shape and
     an output at the last position that depends on the first token (attention across the whole sequence)."""

@@ -1,8 +1,8 @@
 """Hidden graders for masks.py: causal_mask."""
 import torch
 
-from autograder.grade import checks
-from autograder.grade.checks import needs_cuda, needs_student_cuda, points
+from autograder.graders import checks
+from autograder.graders.checks import needs_cuda, needs_student_cuda, points
 from parts.masks import diagnose
 
 SIZES = (1, 2, 4, 7)

@@ -3,8 +3,8 @@ import re
 
 import torch
 
-from autograder.grade import checks, timing
-from autograder.grade.checks import needs_cuda, needs_student_cuda, points
+from autograder.graders import checks, timing
+from autograder.graders.checks import needs_cuda, needs_student_cuda, points
 from autograder.graders import blame
 from autograder.graders.common import (SEED_004_FUSED, SEED_004_INPUTS, SEED_004_STACKED, on_device_error,
                                        params_of, randn, seeded, where_raised)

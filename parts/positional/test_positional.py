@@ -3,8 +3,8 @@ import math
 
 import torch
 
-from autograder.grade import checks
-from autograder.grade.checks import needs_cuda, needs_student_cuda, points
+from autograder.graders import checks
+from autograder.graders.checks import needs_cuda, needs_student_cuda, points
 from autograder.graders.common import on_device_error, randn
 from autograder.sandbox.errors import StudentError
 from parts.positional import diagnose

@@ -58,8 +58,8 @@ from autograder.submission import intake
 
 GRADEBOOK = "gradebook.csv"
 LOCK = ".grade-all.lock"  # in OUT: held (an fcntl lock) by the grade-all that writes OUT, for as long as it runs
-MANIFEST = "shard.json"  # a shard's record of what it was assigned and what graded it (autograder.grade.shards)
-CLASS_PAGE, CLASS_CSV = "class.html", "class.csv"  # the class at a glance, from the reports (grade/classpage.py)
+MANIFEST = "shard.json"  # a shard's record of what it was assigned and what graded it (autograder.classrun.shards)
+CLASS_PAGE, CLASS_CSV = "class.html", "class.csv"  # the class at a glance, from the reports (classrun/classpage.py)
 GRADER_FAILURE = "the grader could not run student code: "  # how the error of such a row begins
 DONE = ("graded", "empty")  # rows a second run keeps while their fingerprint holds; the others are graded again
 COLUMNS = ["id", "total", *MODULES, "status", "isolation", "grading_time_s", "error", "fingerprint"]
@@ -345,7 +345,7 @@ class Plan(NamedTuple):
 def plan(folder: Path, out: Path, *, force: bool = False, timeout: float = 300.0, call_timeout: float = 10.0,
          entries=None, **options) -> Plan:
     """The run's Plan. `entries`: the (id, path) of this run, where it grades part of the class (a shard:
-    autograder.grade.shards); by default every entry of `folder`."""
+    autograder.classrun.shards); by default every entry of `folder`."""
     entries = discover(folder) if entries is None else list(entries)
     rows = {} if force else read_gradebook(out)
     kit = kit_digest()

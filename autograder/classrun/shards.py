@@ -15,7 +15,7 @@ SLURM_ARRAY_TASK_ID and Kubernetes' JOB_COMPLETION_INDEX do.
 
 The manifest. Before it grades, a shard writes OUT/shard.json (atomically):
 K and N, every submission assigned to it with the fingerprint its row must
-carry (autograder.grade.batch.fingerprint: content, kit code, settings), and
+carry (autograder.classrun.batch.fingerprint: content, kit code, settings), and
 what grades (`WHAT_GRADES`): the kit's version, the checksum of the code that
 decides a grade (kit_digest: engine, graders, reference), torch's and
 Python's versions, and the settings that the fingerprint uses (timeouts,
@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.files import SHARED, current_umask, remove_interrupted_writes, write_atomic
-from autograder.grade import batch
+from autograder.classrun import batch
 from autograder.report.model import safe_line
 
 MANIFEST = batch.MANIFEST  # OUT/shard.json: one of the kit's own files in OUT (batch.RESERVED)

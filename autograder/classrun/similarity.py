@@ -43,7 +43,7 @@ from pathlib import Path
 
 from autograder import MODULES
 from autograder.files import SHARED, write_atomic
-from autograder.grade import batch
+from autograder.classrun import batch
 from autograder.submission.take import SubmissionError, taken
 from autograder.paths import KIT
 from autograder.report.html import STYLE, document, esc

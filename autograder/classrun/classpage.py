@@ -9,7 +9,7 @@ the checksum of its graders and reference, torch, Python, the isolation level).
 
 Everything is read from OUT: gradebook.csv (batch.read_gradebook: ids, totals, module figures, statuses) and
 each submission's results.json, which grade-all writes and merge copies. So the page of a merged cluster run
-(autograder.grade.shards) is the page of one grade-all run of the same class, and `grader_cli.py summary OUT`
+(autograder.classrun.shards) is the page of one grade-all run of the same class, and `grader_cli.py summary OUT`
 makes it again for any output, an older one included. A report's checks are grouped by cause as every report
 groups them (autograder.report.model.entries, cause): a cause counts once per student.
 
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from autograder import MODULES
 from autograder.files import SHARED, write_atomic
-from autograder.grade import batch, shards
+from autograder.classrun import batch, shards
 from autograder.report.html import STYLE, code_spans, document, esc
 from autograder.report.model import STATUSES, TestResult, cause, csv_cell, entries, not_started, safe_line
 from autograder.scoring import NOT_HANDED_IN, fmt
