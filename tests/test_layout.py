@@ -207,12 +207,10 @@ LAYERS = [
     ("the report: the model and its formats",
      {"autograder.report", "autograder.report.model", "autograder.report.ci", "autograder.report.html",
       "autograder.report.formats"}),
-    ("the graders: the hidden graders and their library (checks, the speed measurement, blame), run in the "
-     "graders' process",
+    ("the graders' library (checks, the speed measurement, blame), run in the graders' process beside the hidden "
+     "graders of parts/<name>/",
      {"autograder.graders", "autograder.graders.checks", "autograder.graders.timing", "autograder.graders.common",
-      "autograder.graders.blame", "autograder.grade.diagnose",
-      "autograder.graders.test_attention", "autograder.graders.test_heads", "autograder.graders.test_masks",
-      "autograder.graders.test_mha", "autograder.graders.test_positional"}),
+      "autograder.graders.blame", "autograder.grade.diagnose"}),
     ("one grading: the engine, the grading it hands the graders' process, the plugin that records it there, the "
      "servers kept warm for it, the timing of implementations side by side",
      {"autograder.grade", "autograder.grade.engine", "autograder.grade.spec", "autograder.grade.plugin",
