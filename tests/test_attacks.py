@@ -46,7 +46,7 @@ need what a level does not provide (isolation: the namespaces or landlock
 level; a process limit, a memory limit) are skipped there with the reason.
 
 **Warm servers, one grading at a time.** Each level has its own
-`autograder.grade.engine.WarmServers` (a grader fork server that has imported
+`autograder.grade.servers.WarmServers` (a grader fork server that has imported
 pytest, torch and the graders; a student zygote that has imported torch),
 started at the level's first test and stopped after its last (tests are
 grouped by level, so one pair runs at a time): a grading costs a fork, not
@@ -105,7 +105,8 @@ import pytest
 
 import autograder
 from autograder.classrun import batch as batch_module
-from autograder.grade.engine import WarmServers, grade
+from autograder.grade.engine import grade
+from autograder.grade.servers import WarmServers
 from autograder.submission.take import SubmissionError, taken
 from autograder.report.formats import render
 from autograder.sandbox import client, isolation, limits as limits_module
@@ -136,7 +137,7 @@ def grader_baseline_mib() -> float:
     graders' environment, once it has imported pytest and what the warm grader server imports (torch, the
     plugin, the graders, the reference). A warm grader is a fork of that server and starts at the same figure;
     the build of torch decides most of it."""
-    code = ("import importlib, pytest\nfrom autograder.grade.engine import GRADER_PRELOAD\n"
+    code = ("import importlib, pytest\nfrom autograder.grade.servers import GRADER_PRELOAD\n"
             "for name in GRADER_PRELOAD:\n    importlib.import_module(name)\n"
             "print(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')))\n")
     out = subprocess.run([sys.executable, "-c", code], env=limits_module.grader_env(), cwd=ROOT,

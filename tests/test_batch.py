@@ -167,7 +167,7 @@ def test_a_grading_that_did_not_complete_is_never_a_score():
 
 def test_warm_servers_leave_no_temporary_folder(tmp_path, monkeypatch):
     """Issue 14: each grade-all run left an empty /tmp/mha-zygote-home-* behind."""
-    from autograder.grade.engine import WarmServers
+    from autograder.grade.servers import WarmServers
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # this process's temp folders, and only them
     with WarmServers() as servers:
@@ -178,7 +178,7 @@ def test_warm_servers_leave_no_temporary_folder(tmp_path, monkeypatch):
 def test_the_two_servers_start_side_by_side(monkeypatch):
     """Each server imports torch: the zygote is started before the grader server is waited for, so a class run
     (and nbgrader-sync) waits for one import of torch, not two in a row."""
-    from autograder.grade.engine import WarmServers
+    from autograder.grade.servers import WarmServers
     from autograder.sandbox import forkclient
 
     events = []
@@ -201,7 +201,7 @@ def test_the_two_servers_start_side_by_side(monkeypatch):
 def test_servers_that_cannot_start_leave_no_process_and_no_folder(tmp_path, monkeypatch):
     """The zygote's interpreter exits at once: WarmServers raises, and the grader server started beside it is
     stopped, its folder and the zygote's home removed (a class run then grades cold: LazyServers)."""
-    from autograder.grade.engine import WarmServers
+    from autograder.grade.servers import WarmServers
     from autograder.sandbox import forkclient
 
     servers = []

@@ -88,7 +88,7 @@ def test_the_cycle_check_sees_a_cycle_through_a_lazy_import():
 
 
 def test_the_fork_server_knows_no_other_module_of_the_kit():
-    """It holds warm what its owner names (autograder.grade.engine.GRADER_PRELOAD): generic, at the bottom."""
+    """It holds warm what its owner names (autograder.grade.servers.GRADER_PRELOAD): generic, at the bottom."""
     assert import_graph()["autograder.sandbox.forkserver"] == set()
 
 
@@ -98,7 +98,7 @@ def test_every_grading_collects_the_graders_the_warm_server_imported():
     without its name in GRADER_PRELOAD, or a pytest that imported the file again, would cost every grading."""
     from _pytest.pathlib import ImportMode, import_path
 
-    from autograder.grade.engine import GRADER_PRELOAD
+    from autograder.grade.servers import GRADER_PRELOAD
     from autograder.paths import GRADERS
 
     assert "--import-mode=importlib" in (GRADERS / "pytest.ini").read_text()
@@ -212,7 +212,7 @@ LAYERS = [
     ("one grading: the engine, the grading it hands the graders' process, the plugin that records it there, the "
      "servers kept warm for it, the timing of implementations side by side",
      {"autograder.grade", "autograder.grade.engine", "autograder.grade.spec", "autograder.grade.plugin",
-      "autograder.grade.bench"}),
+      "autograder.grade.servers", "autograder.grade.bench"}),
     ("a class: many gradings, their gradebook, shards and merge, the class page, similar submissions",
      {"autograder.classrun", "autograder.classrun.batch", "autograder.classrun.shards",
       "autograder.classrun.classpage", "autograder.classrun.similarity"}),

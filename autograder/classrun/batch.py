@@ -46,7 +46,8 @@ from typing import NamedTuple
 
 from autograder import MODULES, __version__
 from autograder.files import SHARED, remove_interrupted_writes, write_atomic
-from autograder.grade.engine import LazyServers, grade
+from autograder.grade.engine import grade
+from autograder.grade.servers import LazyServers
 from autograder.submission.take import SubmissionError, taken
 from autograder.paths import KIT
 from autograder.report.formats import render
@@ -543,7 +544,7 @@ def grade_all(folder: Path, out: Path, *, jobs: int | None = None, force: bool =
     `progress(row, saved)` is called after each graded submission, once its row is in the gradebook: `saved`,
     the rows this run has saved so far (what a progress bar shows, so that it never counts a row not saved). With `warm` (the
     default), two fork servers import torch once for the whole run, started by
-    its first grading that runs graders (autograder.grade.engine.LazyServers: a
+    its first grading that runs graders (autograder.grade.servers.LazyServers: a
     run whose submissions are all refused at intake starts none); where they
     cannot start, each grading starts cold. `options` go to autograder.grade.engine.grade. `planned`: what
     `plan` returned for the same arguments (the CLI asks first, to say it).

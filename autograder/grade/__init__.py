@@ -1,7 +1,8 @@
 """Grading one submission, on the trusted side: the engine (intake, then the hidden graders of
 autograder/graders/ run by pytest in the graders' process), the grading as the engine hands it over (spec), the
-pytest plugin that records each check there (plugin), and bench (the command line's timing of MHA
-implementations side by side, on the graders' speed measurement). A whole class is autograder/classrun/.
+pytest plugin that records each check there (plugin), the warm servers that spare a class run's gradings their
+imports (servers), and bench (the command line's timing of MHA implementations side by side, on the graders'
+speed measurement). A whole class is autograder/classrun/.
 
 diagnose (the known wrong variants a failure is matched against) is the graders' library and belongs beside them;
 it is here until it is split by part (tests/test_layout.py places it in the graders' layer: STRAYS)."""
