@@ -214,7 +214,8 @@ LAYERS = [
      {"autograder.grade", "autograder.grade.engine", "autograder.grade.spec", "autograder.grade.plugin",
       "autograder.grade.servers", "autograder.grade.bench"}),
     ("a class: many gradings, their gradebook, shards and merge, the class page, similar submissions",
-     {"autograder.classrun", "autograder.classrun.batch", "autograder.classrun.shards",
+     {"autograder.classrun", "autograder.classrun.run", "autograder.classrun.gradebook",
+      "autograder.classrun.fingerprints", "autograder.classrun.outlock", "autograder.classrun.shards",
       "autograder.classrun.classpage", "autograder.classrun.similarity"}),
     ("the release step and the platforms: the student template, its self-check and the tutorials it cites, "
      "Gradescope, nbgrader",

@@ -15,7 +15,7 @@ SLURM_ARRAY_TASK_ID and Kubernetes' JOB_COMPLETION_INDEX do.
 
 The manifest. Before it grades, a shard writes OUT/shard.json (atomically):
 K and N, every submission assigned to it with the fingerprint its row must
-carry (autograder.classrun.batch.fingerprint: content, kit code, settings), and
+carry (autograder.classrun.fingerprints.fingerprint: content, kit code, settings), and
 what grades (`WHAT_GRADES`): the kit's version, the checksum of the code that
 decides a grade (kit_digest: engine, graders, reference), torch's and
 Python's versions, and the settings that the fingerprint uses (timeouts,
@@ -32,7 +32,7 @@ nothing in it yet (a shard never started), rows that are not the manifest's
 (graded before the kit, the settings or the submission changed: the shard
 was not run again to the end), rows the shard was not assigned, and ids in
 two shards. It never guesses: either every shard is
-there, whole and alike, and OUT gets one gradebook (batch.COLUMNS, rows in
+there, whole and alike, and OUT gets one gradebook (gradebook.COLUMNS, rows in
 grade-all's order) and a copy of every submission's folder, laid out as one
 grade-all run's OUT, or nothing is written, and an earlier merge in OUT is moved aside (OUT.stale-<time>),
 so that its gradebook never passes for this run's. A merge is written into a fresh folder and swapped in whole.
@@ -52,10 +52,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.files import SHARED, current_umask, remove_interrupted_writes, write_atomic
-from autograder.classrun import batch
+from autograder.classrun import fingerprints, gradebook, outlock, run
 from autograder.report.model import safe_line
 
-MANIFEST = batch.MANIFEST  # OUT/shard.json: one of the kit's own files in OUT (batch.RESERVED)
+MANIFEST = gradebook.MANIFEST  # OUT/shard.json: one of the kit's own files in OUT (gradebook.RESERVED)
 FORMAT = 1  # the manifest's format
 #: what a manifest says graded its rows; shards that differ in any of these are never merged
 WHAT_GRADES = ("shards", "kit", "graders_sha256", "torch", "python", "settings")
@@ -128,8 +128,8 @@ def check_whole_run(out: Path):
 
 def prepare(folder: Path, out: Path, k: int, n: int, *, force: bool = False, timeout: float = 300.0,
             call_timeout: float = 10.0, **options):
-    """Plan shard K of N of the class in `folder` into `out` and write its manifest; batch.plan's answer for the
-    shard's submissions alone, to give to batch.grade_all (`planned`).
+    """Plan shard K of N of the class in `folder` into `out` and write its manifest; run.plan's answer for the
+    shard's submissions alone, to give to run.grade_all (`planned`).
 
     A ShardError where `out` holds another shard's results (another K or N) or a whole run's (a gradebook
     without a manifest): each shard writes a folder of its own."""
@@ -138,30 +138,30 @@ def prepare(folder: Path, out: Path, k: int, n: int, *, force: bool = False, tim
     if manifest is not None and (manifest.get("shard"), manifest.get("shards")) != (k, n):
         raise ShardError(f"{out} holds the results of shard {manifest.get('shard')}/{manifest.get('shards')}, "
                          f"not {k}/{n}: give each shard a folder of its own")
-    if manifest is None and (out / batch.GRADEBOOK).exists():
+    if manifest is None and (out / gradebook.GRADEBOOK).exists():
         raise ShardError(f"{out} holds a gradebook that is no shard's (no {MANIFEST}): give each shard a new "
                          "folder of its own")
-    entries = assigned(batch.discover(folder), k, n)
-    planned = batch.plan(folder, out, force=force, timeout=timeout, call_timeout=call_timeout, entries=entries,
-                         **options)
+    entries = assigned(gradebook.discover(folder), k, n)
+    planned = run.plan(folder, out, force=force, timeout=timeout, call_timeout=call_timeout, entries=entries,
+                       **options)
     prints = planned.prints
     out.mkdir(parents=True, exist_ok=True)
     remove_interrupted_writes(out / MANIFEST)  # a shard killed while writing its manifest left its beginning here
     write_atomic(out / MANIFEST, json.dumps({
-        "format": FORMAT, "shard": k, "shards": n, **batch.versions(options.get("course")),
-        "settings": batch._settings(timeout, call_timeout, options),
+        "format": FORMAT, "shard": k, "shards": n, **fingerprints.versions(options.get("course")),
+        "settings": fingerprints.grading_settings(timeout, call_timeout, options),
         "submissions": [[i, prints[i]] for i, _ in entries]}, indent=1) + "\n", mode=SHARED)
     return planned
 
 
 def grade_shard(folder: Path, out: Path, k: int, n: int, **kwargs) -> dict:
-    """Grade shard K of N of `folder` into `out` (its manifest first), as batch.grade_all grades a class;
-    `kwargs` go to batch.grade_all. The rows of the shard, by row key. OUT is locked from before its manifest
-    (batch.output_lock: batch.Busy where another run holds it)."""
-    with batch.output_lock(out):
+    """Grade shard K of N of `folder` into `out` (its manifest first), as run.grade_all grades a class;
+    `kwargs` go to run.grade_all. The rows of the shard, by row key. OUT is locked from before its manifest
+    (outlock.output_lock: outlock.Busy where another run holds it)."""
+    with outlock.output_lock(out):
         planned = prepare(folder, out, k, n, **{key: value for key, value in kwargs.items()
                                                 if key not in ("jobs", "progress", "warm", "on_interrupt", "planned")})
-        return batch.grade_all(folder, out, planned=planned, **kwargs)
+        return run.grade_all(folder, out, planned=planned, **kwargs)
 
 
 # ---- merge -------------------------------------------------------------------------------------------------
@@ -176,7 +176,7 @@ def _plain_id(sub_id) -> bool:
 class Shard:
     out: Path
     manifest: dict
-    rows: dict = field(default_factory=dict)  # row key -> batch.Row
+    rows: dict = field(default_factory=dict)  # row key -> gradebook.Row
 
     @property
     def name(self):
@@ -195,7 +195,7 @@ def _load(out: Path) -> Shard:
             and all(isinstance(s, list) and len(s) == 2 and _plain_id(s[0]) and isinstance(s[1], str)
                     for s in subs)):
         raise Refused(f"{out / MANIFEST} is not a whole manifest (shard, shards, submissions)")
-    return Shard(out, manifest, batch.read_gradebook(out))
+    return Shard(out, manifest, gradebook.read_gradebook(out))
 
 
 def _differences(shards: list[Shard]) -> list[str]:
@@ -220,20 +220,20 @@ def _inside(a: Path, b: Path) -> bool:
 
 @dataclass
 class Merged:
-    rows: dict  # row key -> batch.Row, every submission of the class
+    rows: dict  # row key -> gradebook.Row, every submission of the class
     shards: int  # N
     copied: int  # submission folders copied into OUT
 
 
 def not_started(out: Path) -> bool:
     """Whether a shard's OUT holds nothing of it yet: not there, or a folder with nothing but the lock of the run
-    that made it (batch.LOCK) and the beginning of a manifest (a shard stopped before its manifest was written)."""
+    that made it (outlock.LOCK) and the beginning of a manifest (a shard stopped before its manifest was written)."""
     out = Path(out)
     if not os.path.lexists(out):
         return True
     if not stat.S_ISDIR(os.lstat(out).st_mode):
         return False
-    return all(name == batch.LOCK or name.startswith(f".{MANIFEST}.") for name in os.listdir(out))
+    return all(name == outlock.LOCK or name.startswith(f".{MANIFEST}.") for name in os.listdir(out))
 
 
 def check(outs, course=None) -> tuple[list[Shard], dict]:
@@ -276,7 +276,7 @@ def check(outs, course=None) -> tuple[list[Shard], dict]:
     owner = {}  # row key -> the shard it was assigned to
     rows, twice_ids = {}, []
     for shard in shards:
-        expected = {batch.row_key(i): (i, fp) for i, fp in shard.manifest["submissions"]}
+        expected = {gradebook.row_key(i): (i, fp) for i, fp in shard.manifest["submissions"]}
         wrong_shard = [i for i, _ in expected.values() if shard_of(i, n) != shard.manifest["shard"]]
         if wrong_shard:
             problems.append(f"{shard.name} was assigned submissions of other shards: {_ids(wrong_shard)}")
@@ -326,9 +326,9 @@ def unfinished(folder: Path, n: int) -> list[int]:
         shard = _load(out)
         if (shard.manifest["shard"], shard.manifest["shards"]) != (k, n):
             raise ShardError(f"{out} holds shard {shard.manifest['shard']}/{shard.manifest['shards']}, not {k}/{n}")
-        expected = {batch.row_key(i): fp for i, fp in shard.manifest["submissions"]}
+        expected = {gradebook.row_key(i): fp for i, fp in shard.manifest["submissions"]}
         if any(key not in shard.rows or shard.rows[key].fingerprint != fp for key, fp in expected.items()) \
-                or batch.grader_failures({key: row for key, row in shard.rows.items() if key in expected}):
+                or gradebook.grader_failures({key: row for key, row in shard.rows.items() if key in expected}):
             left.append(k)
     return left
 
@@ -352,7 +352,7 @@ def _remove(path: Path):
 
 def _is_merge(out: Path) -> bool:
     """Whether `out` is a folder that a merge (or grade-all) wrote: a gradebook and no shard's manifest."""
-    return (stat.S_ISDIR(os.lstat(out).st_mode) and (out / batch.GRADEBOOK).is_file()
+    return (stat.S_ISDIR(os.lstat(out).st_mode) and (out / gradebook.GRADEBOOK).is_file()
             and not os.path.lexists(out / MANIFEST))
 
 
@@ -396,7 +396,7 @@ def _exchange(new: Path, out: Path):
 
 
 def merge(outs, out: Path, course=None) -> Merged:
-    """Merge the outputs of the N shards of one run into `out`: one gradebook (batch.COLUMNS, the rows in the
+    """Merge the outputs of the N shards of one run into `out`: one gradebook (gradebook.COLUMNS, the rows in the
     order grade-all writes them) and a copy of every submission's folder, so that `out` is laid out as the OUT
     of one grade-all run of the whole class (a later `grade-all DIR -o OUT` resumes from it).
 
@@ -420,7 +420,7 @@ def merge(outs, out: Path, course=None) -> Merged:
         if read_manifest(out) is not None:
             raise Refused(f"{out} holds a shard's manifest: merge into a folder of its own")
         if not stat.S_ISDIR(os.lstat(out).st_mode) or (os.listdir(out) and not _is_merge(out)):
-            raise Refused(f"{out} is not empty and holds no earlier merge (no {batch.GRADEBOOK}): merge into a "
+            raise Refused(f"{out} is not empty and holds no earlier merge (no {gradebook.GRADEBOOK}): merge into a "
                           "new folder")
     try:
         shards, rows = check(outs, course)
@@ -436,16 +436,16 @@ def merge(outs, out: Path, course=None) -> Merged:
         copied = 0
         for shard in shards:
             for sub_id, _ in shard.manifest["submissions"]:
-                source = batch.output_folder(shard.out, sub_id)  # the ids are checked: one path component each
+                source = gradebook.output_folder(shard.out, sub_id)  # the ids are checked: one path component each
                 try:
                     is_folder = stat.S_ISDIR(os.lstat(source).st_mode)  # never a link followed
                 except FileNotFoundError:
                     is_folder = False  # a row of a grading whose files could not be written: the row says why
                 if not is_folder:
                     continue
-                shutil.copytree(source, batch.output_folder(staging, sub_id), symlinks=True)
+                shutil.copytree(source, gradebook.output_folder(staging, sub_id), symlinks=True)
                 copied += 1
-        batch.write_gradebook(staging, rows)
+        gradebook.write_gradebook(staging, rows)
         if os.path.lexists(out) and not os.listdir(out):
             out.rmdir()  # an empty folder given as OUT: nothing to keep
         if os.path.lexists(out):
