@@ -521,9 +521,10 @@ def merge(shard_outputs, output, course):
     earlier merge.
     """
     from autograder.classrun import gradebook, shards
+    from autograder.classrun import merge as merging
 
     try:
-        merged = shards.merge(shard_outputs, output, course)
+        merged = merging.merge(shard_outputs, output, course)
     except shards.Incomplete as exc:
         click.echo("error: the shards do not make a whole class; nothing written:", err=True)
         for problem in exc.problems:
@@ -664,7 +665,7 @@ def similarity(folder, output, templates, more, max_share, top, min_similarity, 
 
 
 def _said_aside(refusal, output):
-    """The line a refused merge adds where it moved an earlier merge out of OUTPUT (shards.set_aside)."""
+    """The line a refused merge adds where it moved an earlier merge out of OUTPUT (autograder.classrun.merge.set_aside)."""
     moved = getattr(refusal, "set_aside", None)
     if moved is not None:
         click.echo(f"The earlier merge that was in {output} is now in {moved}: it is not this run's, so no "
@@ -688,9 +689,10 @@ def unfinished(shards_folder, n):
     or something that is no shard's output.
     """
     from autograder.classrun import shards
+    from autograder.classrun import merge as merging
 
     try:
-        left = shards.unfinished(shards_folder, n)
+        left = merging.unfinished(shards_folder, n)
     except shards.ShardError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_CANNOT_RUN)

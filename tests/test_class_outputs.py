@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.classrun import gradebook, outlock, run, shards
+from autograder.classrun import gradebook, merge, outlock, run, shards
 from tests.conftest import ROOT
 
 HANG_GUARD = 600  # seconds: a guard against a hang, never a bound on speed
@@ -69,7 +69,7 @@ def test_a_merged_gradebook_follows_the_umask_too(tmp_path):
     def graded_and_merged():
         planned = shards.prepare(folder, tmp_path / "shard", 0, 1)
         run.grade_all(folder, tmp_path / "shard", planned=planned, jobs=1, warm=False)
-        shards.merge([tmp_path / "shard"], tmp_path / "merged")
+        merge.merge([tmp_path / "shard"], tmp_path / "merged")
 
     with_umask(0o027, graded_and_merged)
     got = (mode(tmp_path / "merged"), mode(tmp_path / "merged" / "gradebook.csv"),

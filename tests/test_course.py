@@ -93,14 +93,14 @@ def test_a_bad_course_file_is_refused_naming_its_key(text, named):
                                      ["release", "-o", "{out}"], ["nbgrader-sync", "{sub}"]])
 def test_every_command_refuses_a_misspelt_key_before_anything_runs(tmp_path, monkeypatch, command):
     """Exit 2, the key named, and nothing graded, zipped, released or synced (the library is never called)."""
-    from autograder.classrun import shards
+    from autograder.classrun import merge
     from autograder.grade import engine
     from autograder.integrations import nbgrader_sync
 
     def never(*args, **kwargs):
         raise AssertionError("a command ran with a course file it should have refused")
 
-    for module, name in ((engine, "grade"), (run, "grade_all"), (run, "plan"), (shards, "merge"),
+    for module, name in ((engine, "grade"), (run, "grade_all"), (run, "plan"), (merge, "merge"),
                          (gradescope, "build_zip"), (nbgrader_sync, "sync_course")):
         monkeypatch.setattr(module, name, never)
     bad = tmp_path / "course.toml"

@@ -216,6 +216,7 @@ LAYERS = [
     ("a class: many gradings, their gradebook, shards and merge, the class page, similar submissions",
      {"autograder.classrun", "autograder.classrun.run", "autograder.classrun.gradebook",
       "autograder.classrun.fingerprints", "autograder.classrun.outlock", "autograder.classrun.shards",
+      "autograder.classrun.merge",
       "autograder.classrun.classpage", "autograder.classrun.similarity"}),
     ("the release step and the platforms: the student template, its self-check and the tutorials it cites, "
      "Gradescope, nbgrader",
