@@ -184,7 +184,7 @@ def _write(report, text, output):
 def _print_version(ctx, param, value):
     if not value or ctx.resilient_parsing:
         return
-    from autograder.classrun.batch import versions
+    from autograder.classrun.fingerprints import versions
 
     v = versions()
     click.echo(f"mha-kit {v['kit']}\ntorch {v['torch']}\npython {v['python']}\n"
@@ -407,7 +407,7 @@ def grade_all(ctx, folder, output, jobs, force, shard, call_timeout, submission_
     could not write are left to a second run, which picks up where this one
     stopped; 130 after Ctrl-C.
     """
-    from autograder.classrun import batch
+    from autograder.classrun import outlock
     from autograder.sandbox.errors import GraderUnavailable
     from autograder.sandbox.isolation import choose_isolation
 
@@ -425,8 +425,8 @@ def grade_all(ctx, folder, output, jobs, force, shard, call_timeout, submission_
         sys.exit(EXIT_CANNOT_RUN)
     with ExitStack() as stack:  # one run into OUT at a time, from before its plan to its end
         try:
-            stack.enter_context(batch.output_lock(output))
-        except batch.Busy as exc:
+            stack.enter_context(outlock.output_lock(output))
+        except outlock.Busy as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(EXIT_CANNOT_RUN)
         _grade_all(folder, output, jobs, force, shard, timeout, options)
@@ -435,7 +435,7 @@ def grade_all(ctx, folder, output, jobs, force, shard, call_timeout, submission_
 def _grade_all(folder, output, jobs, force, shard, timeout, options):
     """grade-all, once OUT is locked (released when this returns or exits, and by the kernel when the process
     ends however it ends)."""
-    from autograder.classrun import batch, shards
+    from autograder.classrun import gradebook, run, shards
     from autograder.report.model import GradeReport, safe_line
 
     try:
@@ -443,7 +443,7 @@ def _grade_all(folder, output, jobs, force, shard, timeout, options):
             planned = shards.prepare(folder, output, *shard, force=force, timeout=timeout, **options)
         else:
             shards.check_whole_run(output)
-            planned = batch.plan(folder, output, force=force, timeout=timeout, **options)  # hashed once, used twice
+            planned = run.plan(folder, output, force=force, timeout=timeout, **options)  # hashed once, used twice
     except shards.ShardError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_CANNOT_RUN)
@@ -461,16 +461,16 @@ def _grade_all(folder, output, jobs, force, shard, timeout, options):
     try:
         with click.progressbar(length=todo, label="grading", show_pos=True, show_eta=True, file=sys.stderr,
                                item_show_func=lambda row: safe_line(row.id) if row else "") as bar:
-            rows = batch.grade_all(folder, output, jobs=jobs, force=force, timeout=timeout,
-                                   progress=lambda row, saved: bar.update(saved - bar.pos, row),
-                                   on_interrupt=stopping,
-                                   planned=planned, **options)
-    except batch.Interrupted as stop:
+            rows = run.grade_all(folder, output, jobs=jobs, force=force, timeout=timeout,
+                                 progress=lambda row, saved: bar.update(saved - bar.pos, row),
+                                 on_interrupt=stopping,
+                                 planned=planned, **options)
+    except run.Interrupted as stop:
         killed = f"; {stop.killed} grading(s) stopped halfway were not recorded" if stop.killed else ""
-        click.echo(f"Interrupted: {len(stop.rows)} rows saved in {output / batch.GRADEBOOK}, {stop.left} "
+        click.echo(f"Interrupted: {len(stop.rows)} rows saved in {output / gradebook.GRADEBOOK}, {stop.left} "
                    f"submission(s) not graded{killed}. Run the same command again to grade the rest.", err=True)
         sys.exit(130)
-    except batch.OutputFull as full:  # never a success: one line, what ran out, and that a rerun resumes
+    except run.OutputFull as full:  # never a success: one line, what ran out, and that a rerun resumes
         click.echo(f"error: {len(full.unwritten)} submission(s) graded but not written: out of {full.why}. Free "
                    "some and run the same command again: it picks up where it stopped.", err=True)
         sys.exit(EXIT_CANNOT_RUN)
@@ -479,13 +479,13 @@ def _grade_all(folder, output, jobs, force, shard, timeout, options):
     if note:  # once per run, not once per student
         click.echo(note, err=True)
     elapsed = time.monotonic() - start
-    for line in batch.status_lines(rows):
+    for line in gradebook.status_lines(rows):
         click.echo(line, err=True)
     rate = f", {60 * todo / elapsed:.1f} per minute" if todo and elapsed > 0 else ""
     of_shard = f"; shard {shard[0]}/{shard[1]}" if shard else ""
-    click.echo(f"{len(rows)} rows in {output / batch.GRADEBOOK} ({elapsed:.0f} s{rate}{of_shard})")
+    click.echo(f"{len(rows)} rows in {output / gradebook.GRADEBOOK} ({elapsed:.0f} s{rate}{of_shard})")
     _class_page(output)
-    failures = batch.grader_failures(rows)
+    failures = gradebook.grader_failures(rows)
     if failures:
         click.echo(f"{len(failures)} submission(s) could not be graded because the grader could not run student "
                    "code (status error, no score); run the same command again once the cause is fixed", err=True)
@@ -531,10 +531,11 @@ def merge(shard_outputs, output, course):
     OUTPUT is a shard's folder or a folder that holds something but no
     earlier merge.
     """
-    from autograder.classrun import batch, shards
+    from autograder.classrun import gradebook, shards
+    from autograder.classrun import merge as merging
 
     try:
-        merged = shards.merge(shard_outputs, output, course)
+        merged = merging.merge(shard_outputs, output, course)
     except shards.Incomplete as exc:
         click.echo("error: the shards do not make a whole class; nothing written:", err=True)
         for problem in exc.problems:
@@ -548,11 +549,11 @@ def merge(shard_outputs, output, course):
     levels = sorted({r.isolation for r in merged.rows.values() if r.isolation})
     if levels:
         click.echo(f"Isolation: {', '.join(levels)}", err=True)
-    for line in batch.status_lines(merged.rows):
+    for line in gradebook.status_lines(merged.rows):
         click.echo(line, err=True)
-    click.echo(f"{len(merged.rows)} rows in {output / batch.GRADEBOOK} (merged from {merged.shards} shards)")
+    click.echo(f"{len(merged.rows)} rows in {output / gradebook.GRADEBOOK} (merged from {merged.shards} shards)")
     _class_page(output)
-    failures = batch.grader_failures(merged.rows)
+    failures = gradebook.grader_failures(merged.rows)
     if failures:
         click.echo(f"{len(failures)} submission(s) could not be graded because the grader could not run student "
                    "code (status error, no score); run their shards again once the cause is fixed, then merge",
@@ -595,10 +596,11 @@ def summary(out):
     Exit status: 0 when both were written; 2 when OUT holds no gradebook.csv
     or they cannot be written there.
     """
-    from autograder.classrun import batch
+    from autograder.classrun import gradebook
 
-    if not (out / batch.GRADEBOOK).is_file():
-        click.echo(f"error: {out} holds no {batch.GRADEBOOK}: give the output folder of grade-all or merge", err=True)
+    if not (out / gradebook.GRADEBOOK).is_file():
+        click.echo(f"error: {out} holds no {gradebook.GRADEBOOK}: give the output folder of grade-all or merge",
+                   err=True)
         sys.exit(EXIT_CANNOT_RUN)
     if not _class_page(out):
         sys.exit(EXIT_CANNOT_RUN)
@@ -645,7 +647,7 @@ def similarity(folder, output, templates, more, max_share, top, min_similarity, 
     from autograder.classrun import similarity as sim
     from autograder.report.model import safe_line
 
-    from autograder.classrun.batch import discover
+    from autograder.classrun.gradebook import discover
 
     with click.progressbar(length=len(discover(folder)), label="reading", file=sys.stderr) as bar:
         try:
@@ -674,7 +676,7 @@ def similarity(folder, output, templates, more, max_share, top, min_similarity, 
 
 
 def _said_aside(refusal, output):
-    """The line a refused merge adds where it moved an earlier merge out of OUTPUT (shards.set_aside)."""
+    """The line a refused merge adds where it moved an earlier merge out of OUTPUT (autograder.classrun.merge.set_aside)."""
     moved = getattr(refusal, "set_aside", None)
     if moved is not None:
         click.echo(f"The earlier merge that was in {output} is now in {moved}: it is not this run's, so no "
@@ -698,9 +700,10 @@ def unfinished(shards_folder, n):
     or something that is no shard's output.
     """
     from autograder.classrun import shards
+    from autograder.classrun import merge as merging
 
     try:
-        left = shards.unfinished(shards_folder, n)
+        left = merging.unfinished(shards_folder, n)
     except shards.ShardError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_CANNOT_RUN)

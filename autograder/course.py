@@ -92,7 +92,7 @@ class Course:
         return {"file": self.file, "sha256": self.sha256, "parts": dict(self.parts)}
 
     def graded_by(self) -> dict:
-        """What a class run's reports record of the course (batch.versions: strings, shown on the class page)."""
+        """What a class run's reports record of the course (fingerprints.versions: strings, shown on the class page)."""
         return {"course": self.file, "course_sha256": self.sha256, "course_total": str(self.total)}
 
     def settings(self) -> dict:

@@ -1,7 +1,7 @@
 """Benchmark: submissions per minute of grade-all on this machine.
 
 Builds a class of N submissions (the reference and the corpus's planted
-bugs, in turn) and grades it with autograder.classrun.batch.grade_all, jobs = cores.
+bugs, in turn) and grades it with autograder.classrun.run.grade_all, jobs = cores.
 
     python benchmarks/class_throughput.py [--students 20] [--jobs N]
 """
@@ -16,7 +16,7 @@ from autograder.paths import KIT as ROOT, SOLUTIONS  # the kit is installed (mak
 
 sys.path.insert(0, str(ROOT))  # for the kit's test corpus (tests/corpus), which is not installed
 
-from autograder.classrun.batch import grade_all  # noqa: E402
+from autograder.classrun.run import grade_all  # noqa: E402
 from tests.corpus import load_corpus, materialize  # noqa: E402
 
 

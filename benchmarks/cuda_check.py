@@ -22,7 +22,8 @@ import sys
 import torch
 
 from autograder import LEVELS
-from autograder.grade.engine import WarmServers, grade
+from autograder.grade.engine import grade
+from autograder.grade.servers import WarmServers
 from autograder.paths import KIT, SOLUTIONS
 from autograder.sandbox.isolation import probe
 

@@ -31,7 +31,8 @@ def single_faults():
 
 
 def grade_all(folder: Path):
-    from autograder.grade.engine import WarmServers, grade
+    from autograder.grade.engine import grade
+    from autograder.grade.servers import WarmServers
     from autograder.paths import SOLUTIONS
     from tests.corpus import materialize
 

@@ -52,24 +52,24 @@ def reference_report():
 
 @pytest.fixture
 def server_starts(monkeypatch):
-    """Every start of a pair of warm servers (autograder.grade.engine.WarmServers) in this process during the
+    """Every start of a pair of warm servers (autograder.grade.servers.WarmServers) in this process during the
     test: a list of their keyword arguments, one item a start."""
-    from autograder.grade import engine
+    from autograder.grade import servers
 
     started = []
 
-    class Counted(engine.WarmServers):
+    class Counted(servers.WarmServers):
         def __init__(self, *args, **kwargs):
             started.append(kwargs)
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "WarmServers", Counted)
+    monkeypatch.setattr(servers, "WarmServers", Counted)
     return started
 
 
 @pytest.fixture(scope="session")
 def warm_servers():
-    """The two fork servers of a class run (autograder.grade.engine.WarmServers), shared by the session.
+    """The two fork servers of a class run (autograder.grade.servers.WarmServers), shared by the session.
 
     For the tests whose subject is what a grading finds (the corpus, blame), not how its processes start:
     a grading through them takes ~1.5 s instead of ~8 s cold, and gives the same report
@@ -77,7 +77,7 @@ def warm_servers():
     and template_report are graded cold, as `grader_cli.py grade` does, and tests/test_attacks.py grades
     every case that could behave differently cold on both routes. None (cold gradings) where the servers
     cannot start here."""
-    from autograder.grade.engine import WarmServers
+    from autograder.grade.servers import WarmServers
 
     try:
         servers = WarmServers()

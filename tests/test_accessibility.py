@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.classrun import batch, classpage, similarity
+from autograder.classrun import classpage, gradebook, similarity
 from autograder.report.html import to_html
 from autograder.report.model import GradeReport
 from tests.conftest import ROOT, SOLUTIONS
@@ -166,16 +166,16 @@ def a_class_output(out: Path, size: int = 12) -> Path:
                        "divided by d_k instead of sqrt(d_k)." if failed else "")
             tests.append(check(name, title, "failed" if failed else "passed", message, module=module, points=points))
         report = GradeReport(submission=sub_id, tests=tests)
-        folder = batch.output_folder(out, sub_id)
+        folder = gradebook.output_folder(out, sub_id)
         folder.mkdir(parents=True)
         (folder / "results.json").write_text(json.dumps(report.to_gradescope()), encoding="utf-8")
-        rows[batch.row_key(sub_id)] = batch.Row(sub_id, report.score, {m: f for m, (f, _) in report.modules().items()},
-                                                "graded", 1.0, "", "namespaces")
-    rows[batch.row_key("eve")] = batch.Row("eve", 0.0, {m: 0.0 for m in batch.MODULES}, "empty", 0.1,
-                                           "no file of the assignment was handed in", "namespaces")
-    rows[batch.row_key("tim")] = batch.Row("tim", None, {}, "timeout", 300.0, "the grading ran out of time",
-                                           "namespaces")
-    batch.write_gradebook(out, rows)
+        figures = {m: f for m, (f, _) in report.modules().items()}
+        rows[gradebook.row_key(sub_id)] = gradebook.Row(sub_id, report.score, figures, "graded", 1.0, "", "namespaces")
+    rows[gradebook.row_key("eve")] = gradebook.Row("eve", 0.0, {m: 0.0 for m in gradebook.MODULES}, "empty", 0.1,
+                                                   "no file of the assignment was handed in", "namespaces")
+    rows[gradebook.row_key("tim")] = gradebook.Row("tim", None, {}, "timeout", 300.0, "the grading ran out of time",
+                                                   "namespaces")
+    gradebook.write_gradebook(out, rows)
     page, _ = classpage.write(out)
     return page
 

@@ -27,7 +27,7 @@ from links that stay inside it, never through a link to the kit.
 `test_another_students_code_stays_private` grades a correct submission and
 an attacking one side by side: the attacker must neither earn with nor see
 the other student's code. `test_a_class_run_goes_on_and_no_neighbour_moves`
-grades the class-scenario cases with `grade-all` (autograder.classrun.batch) next to
+grades the class-scenario cases with `grade-all` (autograder.classrun.run) next to
 a correct neighbour: the run lists both, the neighbour keeps 100 with clean
 speed measurements.
 
@@ -46,7 +46,7 @@ need what a level does not provide (isolation: the namespaces or landlock
 level; a process limit, a memory limit) are skipped there with the reason.
 
 **Warm servers, one grading at a time.** Each level has its own
-`autograder.grade.engine.WarmServers` (a grader fork server that has imported
+`autograder.grade.servers.WarmServers` (a grader fork server that has imported
 pytest, torch and the graders; a student zygote that has imported torch),
 started at the level's first test and stopped after its last (tests are
 grouped by level, so one pair runs at a time): a grading costs a fork, not
@@ -104,8 +104,9 @@ from pathlib import Path
 import pytest
 
 import autograder
-from autograder.classrun import batch as batch_module
-from autograder.grade.engine import WarmServers, grade
+from autograder.classrun import gradebook, run
+from autograder.grade.engine import grade
+from autograder.grade.servers import WarmServers
 from autograder.submission.take import SubmissionError, taken
 from autograder.report.formats import render
 from autograder.sandbox import client, isolation, limits as limits_module
@@ -137,7 +138,7 @@ def grader_baseline_mib() -> float:
     graders' environment, once it has imported pytest and what the warm grader server imports (torch, the
     plugin, the graders, the reference). A warm grader is a fork of that server and starts at the same figure;
     the build of torch decides most of it."""
-    code = ("import importlib, pytest\nfrom autograder.grade.engine import GRADER_PRELOAD\n"
+    code = ("import importlib, pytest\nfrom autograder.grade.servers import GRADER_PRELOAD\n"
             "for name in GRADER_PRELOAD:\n    importlib.import_module(name)\n"
             "print(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')))\n")
     out = subprocess.run([sys.executable, "-c", code], env=limits_module.grader_env(), cwd=ROOT,
@@ -892,32 +893,32 @@ def test_a_class_run_goes_on_and_no_neighbour_moves(level, case, at, tmp_path, s
     a = _student_a(klass / "student-a", secret)
     b = materialize(case, klass / case.submission_id, SOLUTIONS, params=_params(case, server, marker))
     reports = {}
-    real_grade = batch_module.grade
+    real_grade = run.grade
 
     def recording_grade(path, **options):  # the real grading; the test keeps each report to look into
         report = real_grade(path, **options)
         reports[Path(path).name] = report
         return report
 
-    monkeypatch.setattr(batch_module, "grade", recording_grade)
+    monkeypatch.setattr(run, "grade", recording_grade)
     out = tmp_path / "out"
     start = time.monotonic()
-    rows = batch_module.grade_all(klass, out, jobs=2, warm=False, timeout=600, call_timeout=CALL_TIMEOUT,
-                                  isolation=at.name, python=at.python, servers=at.servers())
+    rows = run.grade_all(klass, out, jobs=2, warm=False, timeout=600, call_timeout=CALL_TIMEOUT,
+                         isolation=at.name, python=at.python, servers=at.servers())
     seconds = unpaused_since(start)
     alive = surviving_student_processes([a, b], at.zygotes())
     _kill(alive)
     problems = []
     names = {"student-a", case.submission_id}
-    if {batch_module.row_key(n) for n in names} != set(rows) or set(reports) != names:
+    if {gradebook.row_key(n) for n in names} != set(rows) or set(reports) != names:
         problems.append(f"expected a row and a grading for each of {sorted(names)}, got rows {sorted(rows)} and "
                         f"gradings of {sorted(reports)}")
-    book = batch_module.read_gradebook(out)
+    book = gradebook.read_gradebook(out)
     if set(book) != set(rows):
         problems.append(f"expected OUT/gradebook.csv to be the gradebook of both, it lists {sorted(book)}")
     for name in names:
-        if not (batch_module.output_folder(out, name) / "results.json").is_file():
-            problems.append(f"expected {name}'s results.json in {batch_module.output_folder(out, name)}")
+        if not (gradebook.output_folder(out, name) / "results.json").is_file():
+            problems.append(f"expected {name}'s results.json in {gradebook.output_folder(out, name)}")
     neighbour, report = reports.get("student-a"), reports.get(case.submission_id)
     if neighbour is None or report is None:
         assert_no_problems(case, problems)

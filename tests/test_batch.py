@@ -13,7 +13,7 @@ from decimal import Decimal
 import pytest
 from click.testing import CliRunner
 
-from autograder.classrun import batch
+from autograder.classrun import fingerprints, gradebook, outlock, run
 from autograder.report.html import md_inline, to_markdown
 from autograder.report.model import GradeReport
 from grader_cli import cli
@@ -140,15 +140,15 @@ def test_second_run_skips_what_is_graded_and_force_regrades(classroom, monkeypat
         attempted.append(path.name)
         raise RuntimeError("graded again")
 
-    monkeypatch.setattr(batch, "grade", record)
+    monkeypatch.setattr(run, "grade", record)
     everyone = ["alice", "bob.zip", "carol", "dave", "erin.zip", "frank", "gina"]
     # the settings of the first run (a row graded under others would be graded again)
-    again = batch.grade_all(classroom["subs"], classroom["out"], call_timeout=CALL_TIMEOUT)
+    again = run.grade_all(classroom["subs"], classroom["out"], call_timeout=CALL_TIMEOUT)
     assert attempted == []  # graded and empty rows are kept while their content and settings are the same
     assert sorted(again) == everyone
     assert rows(classroom["out"]) == before
     attempted.clear()
-    regraded = batch.grade_all(classroom["subs"], classroom["out"], force=True, call_timeout=CALL_TIMEOUT)
+    regraded = run.grade_all(classroom["subs"], classroom["out"], force=True, call_timeout=CALL_TIMEOUT)
     assert sorted(attempted) == everyone
     assert all(r.status == "error" and r.total is None for r in regraded.values())  # the patched grade raised
     assert all(r["total"] == "" and r["attention"] == "" for r in rows(classroom["out"]).values())
@@ -158,16 +158,16 @@ def test_a_grading_that_did_not_complete_is_never_a_score():
     from autograder.report.model import GradeReport
 
     for status in ("timeout", "error"):
-        row = batch.row_from_report(GradeReport(submission="x", status=status, error="grading did not finish"))
+        row = gradebook.row_from_report(GradeReport(submission="x", status=status, error="grading did not finish"))
         cells = row.as_csv()
         assert row.total is None and cells["total"] == "" and all(cells[m] == "" for m in MODULES), cells
-    empty = batch.row_from_report(GradeReport(submission="x", status="empty", error="no student work found: x"))
+    empty = gradebook.row_from_report(GradeReport(submission="x", status="empty", error="no student work found: x"))
     assert empty.as_csv()["total"] == "0" and empty.as_csv()["status"] == "empty"
 
 
 def test_warm_servers_leave_no_temporary_folder(tmp_path, monkeypatch):
     """Issue 14: each grade-all run left an empty /tmp/mha-zygote-home-* behind."""
-    from autograder.grade.engine import WarmServers
+    from autograder.grade.servers import WarmServers
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # this process's temp folders, and only them
     with WarmServers() as servers:
@@ -178,7 +178,7 @@ def test_warm_servers_leave_no_temporary_folder(tmp_path, monkeypatch):
 def test_the_two_servers_start_side_by_side(monkeypatch):
     """Each server imports torch: the zygote is started before the grader server is waited for, so a class run
     (and nbgrader-sync) waits for one import of torch, not two in a row."""
-    from autograder.grade.engine import WarmServers
+    from autograder.grade.servers import WarmServers
     from autograder.sandbox import forkclient
 
     events = []
@@ -201,7 +201,7 @@ def test_the_two_servers_start_side_by_side(monkeypatch):
 def test_servers_that_cannot_start_leave_no_process_and_no_folder(tmp_path, monkeypatch):
     """The zygote's interpreter exits at once: WarmServers raises, and the grader server started beside it is
     stopped, its folder and the zygote's home removed (a class run then grades cold: LazyServers)."""
-    from autograder.grade.engine import WarmServers
+    from autograder.grade.servers import WarmServers
     from autograder.sandbox import forkclient
 
     servers = []
@@ -233,16 +233,16 @@ def test_a_run_again_after_a_kill_leaves_nothing_of_the_killed_writes(tmp_path):
     for path in killed:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("half of a file")
-    rows = batch.grade_all(subs, out, jobs=1)
+    rows = run.grade_all(subs, out, jobs=1)
     assert rows["notes"].status == "empty", rows
     assert sorted(p.name for p in (out / "notes").iterdir()) == ["feedback.html", "feedback.md", "results.json"]
-    assert sorted(p.name for p in out.iterdir()) == [batch.LOCK, "gradebook.csv", "notes"], "and the run's lock"
+    assert sorted(p.name for p in out.iterdir()) == [outlock.LOCK, "gradebook.csv", "notes"], "and the run's lock"
 
 
 def test_gradebook_is_replaced_atomically(tmp_path):
-    batch.write_gradebook(tmp_path, {"a": batch.Row("a", 50, {m: 1 for m in MODULES}, "graded", 1.0)})
+    gradebook.write_gradebook(tmp_path, {"a": gradebook.Row("a", 50, {m: 1 for m in MODULES}, "graded", 1.0)})
     assert [p.name for p in tmp_path.iterdir()] == ["gradebook.csv"]  # no temporary file left behind
-    assert batch.read_gradebook(tmp_path)["a"].total == 50
+    assert gradebook.read_gradebook(tmp_path)["a"].total == 50
 
 
 # -- resume by content ---------------------------------------------------------------------------------
@@ -261,7 +261,7 @@ def test_a_changed_submission_is_graded_again_and_the_summary_says_so(tmp_path):
     assert all(len(r["fingerprint"]) == 16 for r in book.values()), book
 
     shutil.copy(SOLUTIONS / "attention.py", subs / "bob" / "attention.py")  # bob corrects his attention
-    planned = batch.plan(subs, out)
+    planned = run.plan(subs, out)
     todo, changed = planned.todo, planned.changed
     assert [i for i, _ in todo] == ["bob"] and changed == 1, (todo, changed)
     second = CliRunner().invoke(cli, ["grade-all", str(subs), "--output", str(out), "--jobs", "2"])
@@ -278,16 +278,16 @@ def test_a_new_kit_or_new_limits_grade_everything_again(tmp_path, monkeypatch):
     (subs / "alice" / "attention.py").write_text("x = 1\n")
     out = tmp_path / "out"
     out.mkdir()
-    prints = batch.plan(subs, out).prints
-    batch.write_gradebook(out, {"alice": batch.Row("alice", 0, {}, "graded", 1.0, fingerprint=prints["alice"])})
+    prints = run.plan(subs, out).prints
+    gradebook.write_gradebook(out, {"alice": gradebook.Row("alice", 0, {}, "graded", 1.0, fingerprint=prints["alice"])})
     (out / "alice").mkdir()
     (out / "alice" / "results.json").write_text("{}")
-    assert batch.plan(subs, out).todo == [], "expected nothing to grade when nothing changed"
+    assert run.plan(subs, out).todo == [], "expected nothing to grade when nothing changed"
     from autograder.sandbox.limits import Limits
 
-    assert batch.plan(subs, out, limits=Limits(cpu_seconds=5)).changed == 1, "expected new limits to count as a change"
-    monkeypatch.setattr(batch, "kit_digest", lambda: "another kit")
-    assert batch.plan(subs, out).changed == 1, "expected a changed kit (graders, reference) to count as a change"
+    assert run.plan(subs, out, limits=Limits(cpu_seconds=5)).changed == 1, "expected new limits to count as a change"
+    monkeypatch.setattr(run, "kit_digest", lambda: "another kit")
+    assert run.plan(subs, out).changed == 1, "expected a changed kit (graders, reference) to count as a change"
 
 
 def test_an_id_named_like_the_kits_own_files_gets_a_folder_of_its_own(tmp_path):
@@ -297,14 +297,14 @@ def test_an_id_named_like_the_kits_own_files_gets_a_folder_of_its_own(tmp_path):
     for name in ("gradebook.csv", "gradebook.csv~", "alice"):
         (subs / name).mkdir(parents=True)  # empty: quick to grade, and still a row with its files
     out = tmp_path / "out"
-    rows_ = batch.grade_all(subs, out, jobs=1, warm=False)
+    rows_ = run.grade_all(subs, out, jobs=1, warm=False)
     assert sorted(rows_) == ["alice", "gradebook.csv", "gradebook.csv~"]
     assert {r["id"]: r["status"] for r in rows(out).values()} == dict.fromkeys(rows_, "empty")
     for sub_id, folder in [("gradebook.csv", "gradebook.csv~"), ("gradebook.csv~", "gradebook.csv~~"),
                            ("alice", "alice")]:
         heading = to_markdown(GradeReport(submission=sub_id)).splitlines()[0]  # the id, escaped for Markdown
         assert (out / folder / "feedback.md").read_text().splitlines()[0] == heading, f"expected {sub_id} in {folder}/"
-    assert batch.plan(subs, out).todo == [], "expected a second run to find every row again"
+    assert run.plan(subs, out).todo == [], "expected a second run to find every row again"
 
 
 def test_a_submission_whose_files_cannot_be_written_is_an_error_row_and_the_batch_goes_on(tmp_path):
@@ -314,7 +314,7 @@ def test_a_submission_whose_files_cannot_be_written_is_an_error_row_and_the_batc
     out = tmp_path / "out"
     out.mkdir()
     (out / "alice").write_text("a file where alice's folder should be")
-    rows_ = batch.grade_all(subs, out, jobs=1, warm=False)
+    rows_ = run.grade_all(subs, out, jobs=1, warm=False)
     assert rows_["alice"].status == "error" and rows_["alice"].total is None, rows_["alice"]
     assert "the grader failed" in rows_["alice"].error and rows_["bob"].status == "empty"
 
@@ -386,12 +386,12 @@ def test_a_gradebook_that_cannot_be_written_leaves_its_rows_to_the_rerun(tmp_pat
     def refuse(out, rows):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(batch, "write_gradebook", refuse)
-    with pytest.raises(batch.OutputFull) as full:
-        batch.grade_all(subs, out, jobs=1, warm=False)
+    monkeypatch.setattr(run, "write_gradebook", refuse)
+    with pytest.raises(run.OutputFull) as full:
+        run.grade_all(subs, out, jobs=1, warm=False)
     assert full.value.unwritten == ["alice", "bob"] and full.value.why == f"space on the file system of {out}"
     monkeypatch.undo()
-    assert [i for i, _ in batch.plan(subs, out).todo] == ["alice", "bob"]
+    assert [i for i, _ in run.plan(subs, out).todo] == ["alice", "bob"]
 
 
 def test_links_and_fifos_in_the_class_folder_are_never_followed_or_opened(tmp_path):
@@ -402,27 +402,27 @@ def test_links_and_fifos_in_the_class_folder_are_never_followed_or_opened(tmp_pa
     (subs / "bob").symlink_to("alice")
     (subs / "sol").symlink_to(SOLUTIONS)
     os.mkfifo(subs / "carol")
-    rows_ = batch.grade_all(subs, tmp_path / "out", jobs=1, warm=False)
+    rows_ = run.grade_all(subs, tmp_path / "out", jobs=1, warm=False)
     for sub_id in ("bob", "sol"):
         assert rows_[sub_id].status == "empty" and "is a symbolic link: not graded" in rows_[sub_id].error
     assert rows_["carol"].status == "empty" and "is a named pipe (FIFO), not a regular file: not graded (a " \
         "submission is a folder, a zip or a notebook" in rows_["carol"].error, rows_["carol"].error
-    assert batch.content_digest(subs / "bob") != batch.content_digest(subs / "sol")
+    assert fingerprints.content_digest(subs / "bob") != fingerprints.content_digest(subs / "sol")
 
 
 def test_content_digest_sees_file_contents_and_never_follows_links(tmp_path):
     sub = tmp_path / "sub"
     sub.mkdir()
     (sub / "attention.py").write_text("a = 1\n")
-    first = batch.content_digest(sub)
+    first = fingerprints.content_digest(sub)
     (sub / "attention.py").write_text("a = 2\n")
-    assert batch.content_digest(sub) != first, "expected an edited file to change the digest"
+    assert fingerprints.content_digest(sub) != first, "expected an edited file to change the digest"
     secret = tmp_path / "secret.py"
     secret.write_text("s = 1\n")
     (sub / "heads.py").symlink_to(secret)
-    linked = batch.content_digest(sub)
+    linked = fingerprints.content_digest(sub)
     secret.write_text("s = 2\n")
-    assert batch.content_digest(sub) == linked, "expected a link to count by its target's name, not its content"
+    assert fingerprints.content_digest(sub) == linked, "expected a link to count by its target's name, not its content"
 
 
 
@@ -442,17 +442,17 @@ def test_a_module_behind_ten_thousand_data_files_still_changes_the_fingerprint(t
     """Issue 32 item 4: the digest stopped after 10,000 entries in name order, so a fix to src/masks.py behind
     aaa-data/ kept its stale grade on resume. It now hashes what intake grades: no cap of its own hides a module."""
     sub = _data_before_modules(tmp_path / "hana")
-    kit, settings = batch.kit_digest(), batch._settings(300.0, 10.0, {})
-    first = batch.fingerprint(sub, kit, settings)
-    assert first and batch.fingerprint(sub, kit, settings) == first, "expected the same fingerprint twice"
+    kit, settings = fingerprints.kit_digest(), fingerprints.grading_settings(300.0, 10.0, {})
+    first = fingerprints.fingerprint(sub, kit, settings)
+    assert first and fingerprints.fingerprint(sub, kit, settings) == first, "expected the same fingerprint twice"
     masks = sub / "src" / "masks.py"
     data = bytearray(masks.read_bytes())
     data[data.rindex(b"1")] = ord("2")  # one byte of the module, far from its start
     masks.write_bytes(bytes(data))
-    fixed = batch.fingerprint(sub, kit, settings)
+    fixed = fingerprints.fingerprint(sub, kit, settings)
     assert fixed and fixed != first, "expected a changed src/masks.py to change the fingerprint"
     (sub / "aaa-data" / "00000.csv").write_bytes(b"x,y\n3,4\n")  # never graded: nothing to grade again
-    assert batch.fingerprint(sub, kit, settings) == fixed, "expected a data file intake never takes not to count"
+    assert fingerprints.fingerprint(sub, kit, settings) == fixed, "expected a data file intake never takes not to count"
 
 
 def test_the_digest_of_a_zip_a_notebook_or_a_refused_entry_is_stable_and_sees_the_graded_code(tmp_path):
@@ -467,27 +467,27 @@ def test_the_digest_of_a_zip_a_notebook_or_a_refused_entry_is_stable_and_sees_th
                     zf.writestr(f"bob/{path.name}", attention if path.name == "attention.py" else path.read_text())
 
     make_zip((SOLUTIONS / "attention.py").read_text())
-    first = batch.content_digest(zipped)
-    assert batch.content_digest(zipped) == first, "expected the same digest for the same zip"
+    first = fingerprints.content_digest(zipped)
+    assert fingerprints.content_digest(zipped) == first, "expected the same digest for the same zip"
     make_zip((SOLUTIONS / "attention.py").read_text() + "\nX = 1\n")
-    assert batch.content_digest(zipped) != first, "expected a changed module in the zip to change the digest"
+    assert fingerprints.content_digest(zipped) != first, "expected a changed module in the zip to change the digest"
 
     book = tmp_path / "03_masks.ipynb"
     shutil.copy(TEMPLATE / "03_masks.ipynb", book)
-    before = batch.content_digest(book)
-    assert batch.content_digest(book) == before, "expected the same digest for the same notebook"
+    before = fingerprints.content_digest(book)
+    assert fingerprints.content_digest(book) == before, "expected the same digest for the same notebook"
     book.write_text(book.read_text().replace("NotImplementedError", "ValueError"))
-    assert batch.content_digest(book) != before, "expected an edited code cell to change the digest"
+    assert fingerprints.content_digest(book) != before, "expected an edited code cell to change the digest"
 
     broken = tmp_path / "erin.zip"
     broken.write_bytes(b"not a zip at all")  # refused at intake: its message, named by id, is the digest
-    assert batch.content_digest(broken) == batch.content_digest(broken)
+    assert fingerprints.content_digest(broken) == fingerprints.content_digest(broken)
     crowded = tmp_path / "crowded"  # refused too: its top folder holds more than intake lists (MAX_FOLDER)
     _data_before_modules(crowded, data_files=0)
     for i in range(10_001):
         (crowded / f"{i:05d}.txt").touch()
-    refused = batch.content_digest(crowded)
-    assert batch.content_digest(crowded) == refused != batch.content_digest(crowded / "src")
+    refused = fingerprints.content_digest(crowded)
+    assert fingerprints.content_digest(crowded) == refused != fingerprints.content_digest(crowded / "src")
 
 
 def test_a_fix_behind_ten_thousand_data_files_is_graded_again_on_resume(tmp_path):
@@ -495,13 +495,13 @@ def test_a_fix_behind_ten_thousand_data_files_is_graded_again_on_resume(tmp_path
     fixes it; the second run grades her again and her row gets masks' full marks."""
     subs, out = tmp_path / "class", tmp_path / "out"
     _data_before_modules(subs / "hana", masks=ROOT / "examples" / "buggy-student" / "masks.py")
-    first = batch.grade_all(subs, out, jobs=1)
+    first = run.grade_all(subs, out, jobs=1)
     assert first["hana"].status == "graded" and first["hana"].modules["masks"] < 8, first["hana"]
     shutil.copy(SOLUTIONS / "masks.py", subs / "hana" / "src" / "masks.py")
-    planned = batch.plan(subs, out)
+    planned = run.plan(subs, out)
     todo, changed = planned.todo, planned.changed
     assert [i for i, _ in todo] == ["hana"] and changed == 1, (todo, changed)
-    second = batch.grade_all(subs, out, jobs=1)
+    second = run.grade_all(subs, out, jobs=1)
     assert second["hana"].modules["masks"] == 8 and second["hana"].total == 100, second["hana"]
     assert rows(out)["hana"]["masks"] == "8" and rows(out)["hana"]["fingerprint"] != first["hana"].fingerprint
 
@@ -512,11 +512,11 @@ def test_warm_servers_start_at_the_first_grading_that_needs_them_and_never_for_s
     subs.mkdir()
     (subs / "notes.md").write_text("not a submission\n")
     (subs / "broken.zip").write_bytes(b"not a zip at all")
-    first = batch.grade_all(subs, out, jobs=2)
+    first = run.grade_all(subs, out, jobs=2)
     assert {r.status for r in first.values()} == {"empty"} and started == [], (first, started)
     shutil.copytree(SOLUTIONS, subs / "alice", ignore=shutil.ignore_patterns("__init__.py", "__pycache__"))
     shutil.copytree(SOLUTIONS, subs / "bob", ignore=shutil.ignore_patterns("__init__.py", "__pycache__"))
-    second = batch.grade_all(subs, out, jobs=2)
+    second = run.grade_all(subs, out, jobs=2)
     assert len(started) == 1, f"expected one pair of servers for the two gradings, got {len(started)}"
     assert second["alice"].total == second["bob"].total == 100, (second["alice"], second["bob"])
 

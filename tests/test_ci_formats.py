@@ -358,7 +358,7 @@ def figures_in_every_format(report):
     import csv
     import io
 
-    from autograder.classrun import batch
+    from autograder.classrun import gradebook
 
     D = (lambda x: Decimal(str(x)))
     out = {}
@@ -389,8 +389,8 @@ def figures_in_every_format(report):
                    {m: (D(a), D(b))
                     for m, a, b in re.findall(r"<td>(\w+)</td><td[^>]*>([\d.]+) / ([\d.]+)</td>", page)})
     buf = io.StringIO()
-    csv.DictWriter(buf, fieldnames=batch.COLUMNS).writerow(batch.row_from_report(report).as_csv())
-    row = next(csv.DictReader(io.StringIO(buf.getvalue()), fieldnames=batch.COLUMNS))
+    csv.DictWriter(buf, fieldnames=gradebook.COLUMNS).writerow(gradebook.row_from_report(report).as_csv())
+    row = next(csv.DictReader(io.StringIO(buf.getvalue()), fieldnames=gradebook.COLUMNS))
     maxima = out["json"][1]
     out["gradebook"] = (D(row["total"]), {m: (D(row[m]), maxima[m][1]) for m in MODULES})
     return out

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.classrun import batch, shards
+from autograder.classrun import gradebook, merge, outlock, run, shards
 from tests.conftest import ROOT
 
 HANG_GUARD = 600  # seconds: a guard against a hang, never a bound on speed
@@ -47,11 +47,11 @@ def test_the_gradebook_the_manifest_and_the_reports_follow_the_umask(tmp_path, m
     folder.mkdir()
     (folder / "notes.txt").write_text("not a submission\n")  # graded "empty" at intake: no student process
 
-    def run():
+    def graded():
         planned = shards.prepare(folder, tmp_path / "out", 0, 1)
-        return batch.grade_all(folder, tmp_path / "out", planned=planned, jobs=1, warm=False)
+        return run.grade_all(folder, tmp_path / "out", planned=planned, jobs=1, warm=False)
 
-    rows = with_umask(mask, run)
+    rows = with_umask(mask, graded)
     assert rows["notes.txt"].status == "empty", rows
     written = [tmp_path / "out" / name for name in ("gradebook.csv", "shard.json")] + \
         sorted((tmp_path / "out" / "notes.txt").iterdir())
@@ -66,25 +66,25 @@ def test_a_merged_gradebook_follows_the_umask_too(tmp_path):
     folder.mkdir()
     (folder / "notes.txt").write_text("not a submission\n")
 
-    def run():
+    def graded_and_merged():
         planned = shards.prepare(folder, tmp_path / "shard", 0, 1)
-        batch.grade_all(folder, tmp_path / "shard", planned=planned, jobs=1, warm=False)
-        shards.merge([tmp_path / "shard"], tmp_path / "merged")
+        run.grade_all(folder, tmp_path / "shard", planned=planned, jobs=1, warm=False)
+        merge.merge([tmp_path / "shard"], tmp_path / "merged")
 
-    with_umask(0o027, run)
+    with_umask(0o027, graded_and_merged)
     got = (mode(tmp_path / "merged"), mode(tmp_path / "merged" / "gradebook.csv"),
            mode(tmp_path / "merged" / "notes.txt" / "feedback.html"))
     assert got == ("0o750", "0o640", "0o640"), f"expected the folder 0o750 and its files 0o640, got {got}"
 
 
 def test_the_lock_is_counted_within_one_process(tmp_path):
-    with batch.output_lock(tmp_path / "out") as locked:
-        with batch.output_lock(tmp_path / "out"):
+    with outlock.output_lock(tmp_path / "out") as locked:
+        with outlock.output_lock(tmp_path / "out"):
             pass
-        other = subprocess.run([sys.executable, "-c", "import sys; from autograder.classrun import batch\n"
-                                "with batch.output_lock(sys.argv[1]): pass", str(tmp_path / "out")],
+        other = subprocess.run([sys.executable, "-c", "import sys; from autograder.classrun import outlock\n"
+                                "with outlock.output_lock(sys.argv[1]): pass", str(tmp_path / "out")],
                                capture_output=True, text=True, cwd=ROOT, timeout=HANG_GUARD)
-    assert locked and other.returncode == 1 and "batch.Busy" in other.stderr and \
+    assert locked and other.returncode == 1 and "outlock.Busy" in other.stderr and \
         f"pid {os.getpid()} on " in other.stderr, f"expected the inner release to keep the lock held:\n{other.stderr}"
 
 
@@ -92,15 +92,15 @@ def test_a_shard_graded_from_the_library_is_refused_before_its_manifest_while_an
     folder = tmp_path / "class"
     folder.mkdir()
     (folder / "notes.txt").write_text("not a submission\n")
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; from autograder.classrun import batch\n"
-                               "with batch.output_lock(sys.argv[1]):\n    print('held', flush=True); sys.stdin.read()",
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from autograder.classrun import outlock\n"
+                               "with outlock.output_lock(sys.argv[1]):\n print('held', flush=True); sys.stdin.read()",
                                str(tmp_path / "out")], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True)
     try:
         assert holder.stdout.readline() == "held\n"
-        with pytest.raises(batch.Busy, match=f"pid {holder.pid} on "):
+        with pytest.raises(outlock.Busy, match=f"pid {holder.pid} on "):
             shards.grade_shard(folder, tmp_path / "out", 0, 1, jobs=1, warm=False)
-        assert os.listdir(tmp_path / "out") == [batch.LOCK], "expected no manifest and no row written"
+        assert os.listdir(tmp_path / "out") == [outlock.LOCK], "expected no manifest and no row written"
     finally:
         holder.communicate("", timeout=HANG_GUARD)
 
@@ -119,7 +119,7 @@ def test_a_second_grade_all_into_the_same_folder_is_refused_and_the_first_ones_d
                              stderr=subprocess.DEVNULL, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + HANG_GUARD
-        while f"pid {first.pid} on " not in _read(out / batch.LOCK):
+        while f"pid {first.pid} on " not in _read(out / outlock.LOCK):
             assert first.poll() is None and time.monotonic() < deadline, "expected the first run to hold OUT"
             time.sleep(0.1)
         (tmp_path / "other").mkdir()
@@ -128,7 +128,7 @@ def test_a_second_grade_all_into_the_same_folder_is_refused_and_the_first_ones_d
                                 env=env, timeout=HANG_GUARD)
         assert second.returncode == 2, f"expected exit 2, got {second.returncode}:\n{second.stderr}"
         assert f"is being graded into by another grade-all (pid {first.pid} on " in second.stderr, second.stderr
-        assert not (out / "notes.txt").exists() and not (out / batch.GRADEBOOK).exists(), \
+        assert not (out / "notes.txt").exists() and not (out / gradebook.GRADEBOOK).exists(), \
             f"expected nothing written by the refused run, got {sorted(os.listdir(out))}"
     finally:
         os.killpg(first.pid, signal.SIGKILL)

@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from autograder import __version__
-from autograder.classrun import batch, classpage, shards
+from autograder.classrun import classpage, fingerprints, gradebook, outlock, shards
 from autograder.report.model import csv_value
 from grader_cli import cli
 from tests.conftest import SOLUTIONS, TEMPLATE
@@ -39,7 +39,7 @@ NOTED_CHECK = "PositionalEncoding.forward(x) = x + pe[:T]"  # passes with a note
 
 def shown(sub_id: str) -> str:
     """An id as the gradebook and class.csv show it (control characters escaped)."""
-    return batch.row_key(sub_id)
+    return gradebook.row_key(sub_id)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def graded(tmp_path_factory):
 
 
 def rows(out: Path) -> list[dict]:
-    with open(out / batch.CLASS_CSV, newline="", encoding="utf-8") as fh:
+    with open(out / gradebook.CLASS_CSV, newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
 
 
@@ -138,7 +138,7 @@ def test_a_failed_check_and_a_noted_one_name_their_students(graded):
 
 @pytest.mark.grading  # the class is graded by a real grade-all (the `graded` fixture)
 def test_the_distribution_of_totals_puts_each_graded_submission_in_one_bin(graded):
-    book = batch.read_gradebook(graded["out"])
+    book = gradebook.read_gradebook(graded["out"])
     bins = section(graded["out"], "distribution")
     totals = [r for r in bins if r["module"] == "total"]
     assert [r["item"] for r in totals] == [f"[{k * 10}, {k * 10 + 10})" for k in range(9)] + ["[90, 100]"]
@@ -151,7 +151,8 @@ def test_the_distribution_of_totals_puts_each_graded_submission_in_one_bin(grade
 @pytest.mark.grading  # the class is graded by a real grade-all (the `graded` fixture)
 def test_what_graded_them_is_the_kit_that_ran(graded):
     (made,) = section(graded["out"], "graded by")
-    assert made["item"].startswith(f"kit {__version__}, graders_sha256 {batch.kit_digest()}, torch "), made["item"]
+    assert made["item"].startswith(f"kit {__version__}, graders_sha256 {fingerprints.kit_digest()}, torch "), \
+        made["item"]
     assert int(made["count"]) == 7
 
 
@@ -160,18 +161,18 @@ def test_what_graded_them_is_the_kit_that_ran(graded):
 def test_a_merge_of_the_same_rows_as_two_shards_writes_the_same_page(graded, tmp_path):
     """The rows and folders of the single run, split as `grade-all --shard K/2` would have graded them (each
     shard's manifest from the same class folder, so the same fingerprints), then merged by the CLI."""
-    book = batch.read_gradebook(graded["out"])
+    book = gradebook.read_gradebook(graded["out"])
     outs = []
     for k in range(2):
         out = tmp_path / f"shard-{k}"
         _, _, todo, _, prints = shards.prepare(graded["folder"], out, k, 2)
         mine = {}
         for sub_id, _ in todo:
-            row = book[batch.row_key(sub_id)]
+            row = book[gradebook.row_key(sub_id)]
             assert row.fingerprint == prints[sub_id], f"{sub_id}: the shard would grade it again"
-            mine[batch.row_key(sub_id)] = row
-            shutil.copytree(batch.output_folder(graded["out"], sub_id), batch.output_folder(out, sub_id))
-        batch.write_gradebook(out, mine)
+            mine[gradebook.row_key(sub_id)] = row
+            shutil.copytree(gradebook.output_folder(graded["out"], sub_id), gradebook.output_folder(out, sub_id))
+        gradebook.write_gradebook(out, mine)
         outs.append(out)
     result = CliRunner().invoke(cli, ["merge", *map(str, outs), "-o", str(tmp_path / "merged")],
                                 catch_exceptions=False)
@@ -185,7 +186,7 @@ def test_a_merge_of_the_same_rows_as_two_shards_writes_the_same_page(graded, tmp
 @pytest.mark.grading  # the class is graded by a real grade-all (the `graded` fixture)
 def test_summary_writes_the_page_again_and_refuses_a_folder_without_a_gradebook(graded, tmp_path):
     copy = tmp_path / "out"
-    shutil.copytree(graded["out"], copy, ignore=shutil.ignore_patterns("class.*", batch.LOCK))
+    shutil.copytree(graded["out"], copy, ignore=shutil.ignore_patterns("class.*", outlock.LOCK))
     result = CliRunner().invoke(cli, ["summary", str(copy)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert (copy / "class.csv").read_text() == (graded["out"] / "class.csv").read_text()
@@ -217,15 +218,15 @@ def test_the_class_page_fits_the_window_with_every_histogram_shown(browser, page
 
 # -- hostile reports ---------------------------------------------------------------------------------------
 def _row(sub_id, status="graded"):
-    return batch.Row(sub_id, 50.0 if status == "graded" else None, {m: 10.0 for m in batch.MODULES}, status, 1.0,
-                     "", "namespaces", "")
+    return gradebook.Row(sub_id, 50.0 if status == "graded" else None, {m: 10.0 for m in gradebook.MODULES}, status,
+                         1.0, "", "namespaces", "")
 
 
 def test_reports_that_are_links_fifos_too_large_or_not_the_kits_are_named_never_followed(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     names = ["link", "fifo", "large", "garbage", "shape"]
-    batch.write_gradebook(out, {batch.row_key(n): _row(n) for n in names})
+    gradebook.write_gradebook(out, {gradebook.row_key(n): _row(n) for n in names})
     for name in names:
         (out / name).mkdir()
     secret = tmp_path / "secret.json"

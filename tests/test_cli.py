@@ -45,13 +45,13 @@ def test_command_summaries_are_whole_and_grade_names_notebooks():
 
 def test_version_names_the_kit_torch_and_the_graders_checksum():
     import autograder
-    from autograder.classrun import batch
+    from autograder.classrun import fingerprints
 
     result = run("--version")
     assert result.exit_code == 0, result.output
     torch_version = importlib.metadata.version("torch")
     assert f"mha-kit {autograder.__version__}" in result.output and f"torch {torch_version}" in result.output
-    assert f"graders sha256 {batch.kit_digest()}" in result.output
+    assert f"graders sha256 {fingerprints.kit_digest()}" in result.output
 
 
 def test_timeouts_have_one_meaning_each():

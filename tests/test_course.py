@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from autograder import MODULES, cli
 from autograder.course import CourseError, load, parse
-from autograder.classrun import batch, classpage
+from autograder.classrun import classpage, fingerprints, gradebook, run
 from autograder.grade.engine import grade
 from autograder.integrations import gradescope
 from autograder.report.model import GradeReport
@@ -93,14 +93,14 @@ def test_a_bad_course_file_is_refused_naming_its_key(text, named):
                                      ["release", "-o", "{out}"], ["nbgrader-sync", "{sub}"]])
 def test_every_command_refuses_a_misspelt_key_before_anything_runs(tmp_path, monkeypatch, command):
     """Exit 2, the key named, and nothing graded, zipped, released or synced (the library is never called)."""
-    from autograder.classrun import shards
+    from autograder.classrun import merge
     from autograder.grade import engine
     from autograder.integrations import nbgrader_sync
 
     def never(*args, **kwargs):
         raise AssertionError("a command ran with a course file it should have refused")
 
-    for module, name in ((engine, "grade"), (batch, "grade_all"), (batch, "plan"), (shards, "merge"),
+    for module, name in ((engine, "grade"), (run, "grade_all"), (run, "plan"), (merge, "merge"),
                          (gradescope, "build_zip"), (nbgrader_sync, "sync_course")):
         monkeypatch.setattr(module, name, never)
     bad = tmp_path / "course.toml"
@@ -156,7 +156,7 @@ def test_a_class_under_the_issue_course_file(tmp_path, course_file, reference_re
     inverted = _masks_inverted(tmp_path)
     shutil.copytree(inverted, classroom / "inverted")
     out = tmp_path / "out"
-    rows = batch.grade_all(classroom, out, jobs=1, course=course)
+    rows = run.grade_all(classroom, out, jobs=1, course=course)
     reference, bug = rows["reference"], rows["inverted"]
     assert reference.status == "graded" and reference.total == 94, reference
     assert reference.modules == {"attention": 23, "heads": 15, "masks": 16, "mha": 40}, reference.modules
@@ -168,7 +168,7 @@ def test_a_class_under_the_issue_course_file(tmp_path, course_file, reference_re
     assert bug.modules["masks"] == pytest.approx(16 - 2 * (8 - today.modules()["masks"][0]))
     assert all(bug.modules[m] == reference.modules[m] for m in ("attention", "heads", "mha")), bug.modules
 
-    with open(out / batch.GRADEBOOK, newline="", encoding="utf-8") as fh:
+    with open(out / gradebook.GRADEBOOK, newline="", encoding="utf-8") as fh:
         header = next(csv.reader(fh))
     assert header == ["id", "total", "attention", "heads", "masks", "mha", "status", "isolation", "grading_time_s",
                       "error", "fingerprint"]
@@ -183,20 +183,20 @@ def test_a_class_under_the_issue_course_file(tmp_path, course_file, reference_re
     assert summary.parts == ("attention", "heads", "masks", "mha") and summary.scale() == 94
 
     # a second run under another course file grades every row again (its fingerprint holds the course)
-    assert len(batch.plan(classroom, out, course=course).todo) == 0
+    assert len(run.plan(classroom, out, course=course).todo) == 0
     other = parse(ISSUE_COURSE.replace(b"masks = 16", b"masks = 8"), "other.toml")
-    assert len(batch.plan(classroom, out, course=other).todo) == 2
-    assert len(batch.plan(classroom, out).todo) == 2
+    assert len(run.plan(classroom, out, course=other).todo) == 2
+    assert len(run.plan(classroom, out).todo) == 2
 
 
 # -- no course file: the kit as it is --------------------------------------------------------------------------
 def test_with_no_course_file_nothing_of_a_course_is_written(tmp_path):
     """The settings a fingerprint holds, what graded a run, the gradebook's columns, a report's JSON and the
     Gradescope zip hold nothing of a course (and so are what they were)."""
-    settings = batch._settings(300.0, 10.0, {})
+    settings = fingerprints.grading_settings(300.0, 10.0, {})
     assert set(settings) == {"timeout", "call_timeout", "limits", "max_unzipped"}
-    assert not any(k.startswith("course") for k in batch.versions())
-    assert batch.columns() == batch.COLUMNS and batch.parts_of([]) == MODULES
+    assert not any(k.startswith("course") for k in fingerprints.versions())
+    assert gradebook.columns() == gradebook.COLUMNS and gradebook.parts_of([]) == MODULES
     report = GradeReport(submission="s", tests=_tests())
     assert "course" not in report.to_dict() and report.to_dict()["max_score"] == 100
     assert "Course file" not in report.to_text() and report.summary_line() == "Total: 100/100"

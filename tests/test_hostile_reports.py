@@ -26,7 +26,7 @@ from html.parser import HTMLParser
 import pytest
 from click.testing import CliRunner
 
-from autograder.classrun import batch
+from autograder.classrun import gradebook, run
 from autograder.grade.engine import grade
 from autograder.report.ci import to_classroom, to_junit
 from autograder.report.formats import render
@@ -325,7 +325,7 @@ def test_printed_output_is_not_added_to_an_autograder_failure():
 
 # -- the gradebook ------------------------------------------------------------------------------------
 def read_cells(out):
-    with open(out / batch.GRADEBOOK, newline="", encoding="utf-8") as fh:
+    with open(out / gradebook.GRADEBOOK, newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
 
 
@@ -344,9 +344,9 @@ def test_gradebook_cells_are_neutralised_numbers_kept_and_rows_found_again(tmp_p
         return GradeReport(submission=str(path), error="=1+1", tests=[
             Result("t", "t", "masks", "values", 3, "passed"), Result("u", "u", "mha", "values", 1, "failed")])
 
-    monkeypatch.setattr(batch, "grade", fake_grade)
+    monkeypatch.setattr(run, "grade", fake_grade)
     out = tmp_path / "out"
-    rows = batch.grade_all(subs, out, jobs=2, warm=False)
+    rows = run.grade_all(subs, out, jobs=2, warm=False)
     assert sorted(graded) == sorted(names) and len(rows) == len(names)
     cells = read_cells(out)
     assert len(cells) == len(names)
@@ -360,9 +360,9 @@ def test_gradebook_cells_are_neutralised_numbers_kept_and_rows_found_again(tmp_p
     assert "'=HYPERLINK(\"evil.example\",\"click\")" in {rec["id"] for rec in cells}
 
     graded.clear()
-    again = batch.grade_all(subs, out, jobs=2, warm=False)
+    again = run.grade_all(subs, out, jobs=2, warm=False)
     assert graded == [], f"expected a second run to find every row again, it graded {graded}"
-    assert sorted(again) == sorted(batch.row_key(n) for n in names)
+    assert sorted(again) == sorted(gradebook.row_key(n) for n in names)
     assert read_cells(out) == cells  # read back and rewritten: the same cells, no ' added twice
 
 
@@ -399,8 +399,8 @@ def test_forged_report_earns_nothing_and_renders_as_the_students_text(forged):
         assert not raw_controls(rendered), (fmt, raw_controls(rendered))
     tokens = list(walk(markdown_tokens(render(forged, "markdown"))))
     assert not {t["type"] for t in tokens} & {"inline_html", "block_html", "link", "image"}
-    row = batch.Row(forged.submission, forged.score, {m: e for m, (e, _) in forged.modules().items()}, "graded", 1.0,
-                    forged.failed()[0].message.splitlines()[0], forged.isolation)
+    row = gradebook.Row(forged.submission, forged.score, {m: e for m, (e, _) in forged.modules().items()}, "graded",
+                        1.0, forged.failed()[0].message.splitlines()[0], forged.isolation)
     cells = row.as_csv()
     assert not any(raw_controls(v, allowed="") for v in cells.values()), cells
 
@@ -444,9 +444,9 @@ def test_grade_all_neutralises_hostile_submission_names(tmp_path):
             assert not raw_controls(text, allowed="\n\t"), (sub, name, raw_controls(text, allowed="\n\t"))
     assert (out / formula / "feedback.md").read_text().startswith("# Feedback: \\=HYPERLINK\\(")
     # the class page (issue 38): no raw escape in it, and no cell of class.csv that a spreadsheet evaluates
-    page = (out / batch.CLASS_PAGE).read_text(encoding="utf-8")
+    page = (out / gradebook.CLASS_PAGE).read_text(encoding="utf-8")
     assert not raw_controls(page, allowed="\n") and "=HYPERLINK(&quot;evil.example&quot;" in page
-    with open(out / batch.CLASS_CSV, newline="", encoding="utf-8") as fh:
+    with open(out / gradebook.CLASS_CSV, newline="", encoding="utf-8") as fh:
         summary = list(csv.reader(fh))
     for cell in (cell for record in summary for cell in record):
         assert not cell.startswith(TRIGGERS) and not raw_controls(cell, allowed="\n"), cell

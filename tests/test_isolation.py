@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from autograder.grade.engine import WarmServers, grade
+from autograder.grade.engine import grade
+from autograder.grade.servers import WarmServers
 from autograder.sandbox.client import Sandbox
 from autograder.sandbox.errors import StudentError
 from autograder.sandbox.forkclient import Server, Worker

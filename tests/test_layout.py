@@ -88,7 +88,7 @@ def test_the_cycle_check_sees_a_cycle_through_a_lazy_import():
 
 
 def test_the_fork_server_knows_no_other_module_of_the_kit():
-    """It holds warm what its owner names (autograder.grade.engine.GRADER_PRELOAD): generic, at the bottom."""
+    """It holds warm what its owner names (autograder.grade.servers.GRADER_PRELOAD): generic, at the bottom."""
     assert import_graph()["autograder.sandbox.forkserver"] == set()
 
 
@@ -99,7 +99,7 @@ def test_every_grading_collects_the_graders_the_warm_server_imported():
     from _pytest.pathlib import ImportMode, import_path
 
     from autograder import registry
-    from autograder.grade.engine import GRADER_PRELOAD
+    from autograder.grade.servers import GRADER_PRELOAD
     from autograder.paths import GRADERS
 
     assert "--import-mode=importlib" in (GRADERS / "pytest.ini").read_text()
@@ -214,9 +214,11 @@ LAYERS = [
     ("one grading: the engine, the grading it hands the graders' process, the plugin that records it there, the "
      "servers kept warm for it, the timing of implementations side by side",
      {"autograder.grade", "autograder.grade.engine", "autograder.grade.spec", "autograder.grade.plugin",
-      "autograder.grade.bench"}),
+      "autograder.grade.servers", "autograder.grade.bench"}),
     ("a class: many gradings, their gradebook, shards and merge, the class page, similar submissions",
-     {"autograder.classrun", "autograder.classrun.batch", "autograder.classrun.shards",
+     {"autograder.classrun", "autograder.classrun.run", "autograder.classrun.gradebook",
+      "autograder.classrun.fingerprints", "autograder.classrun.outlock", "autograder.classrun.shards",
+      "autograder.classrun.merge",
       "autograder.classrun.classpage", "autograder.classrun.similarity"}),
     ("the release step and the platforms: the student template, its self-check and the tutorials it cites, "
      "Gradescope, nbgrader",

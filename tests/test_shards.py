@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from autograder.classrun import batch, shards
+from autograder.classrun import fingerprints, gradebook, outlock, shards
 from grader_cli import cli
 from tests.conftest import MODULES
 
@@ -90,12 +90,12 @@ def make_shard(folder: Path, out: Path, k: int, n: int, *, rows=True, **options)
     book = {}
     for sub_id, _ in todo if rows else ():
         score = float(len(sub_id))
-        book[batch.row_key(sub_id)] = batch.Row(sub_id, score, {m: score / 5 for m in MODULES}, "graded", 1.0, "",
-                                                "namespaces", prints[sub_id])
-        where = batch.output_folder(out, sub_id)
+        book[gradebook.row_key(sub_id)] = gradebook.Row(sub_id, score, {m: score / 5 for m in MODULES}, "graded", 1.0,
+                                                        "", "namespaces", prints[sub_id])
+        where = gradebook.output_folder(out, sub_id)
         where.mkdir(parents=True)
         (where / "results.json").write_text(json.dumps({"score": score}))
-    batch.write_gradebook(out, book)
+    gradebook.write_gradebook(out, book)
     return book
 
 
@@ -108,7 +108,7 @@ def make_shards(root: Path, n: int, **options) -> list[Path]:
 
 
 def gradebook_lines(out: Path) -> list[str]:
-    return (out / batch.GRADEBOOK).read_text(encoding="utf-8").splitlines()
+    return (out / gradebook.GRADEBOOK).read_text(encoding="utf-8").splitlines()
 
 
 def test_the_manifest_says_what_the_shard_was_given_and_what_graded_it(tmp_path):
@@ -119,9 +119,9 @@ def test_the_manifest_says_what_the_shard_was_given_and_what_graded_it(tmp_path)
     assert [i for i, _ in manifest["submissions"]] == [i for i, _ in entries]
     assert [i for i, _ in entries] == sorted(i for i in IDS if shards.shard_of(i, 3) == 2)
     assert all(fp == prints[i] and len(fp) == 16 for i, fp in manifest["submissions"])
-    versions = batch.versions()
+    versions = fingerprints.versions()
     assert {k: manifest[k] for k in versions} == versions
-    assert manifest["settings"] == batch._settings(120, 5, {}), "the settings the fingerprints use"
+    assert manifest["settings"] == fingerprints.grading_settings(120, 5, {}), "the settings the fingerprints use"
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["shard.json"], "written atomically, nothing else"
 
 
@@ -135,7 +135,7 @@ def test_a_shards_folder_is_its_own(tmp_path):
     with pytest.raises(shards.ShardError, match="grade the whole class into another folder"):
         shards.check_whole_run(tmp_path / "out")
     (tmp_path / "whole").mkdir()
-    batch.write_gradebook(tmp_path / "whole", {})
+    gradebook.write_gradebook(tmp_path / "whole", {})
     with pytest.raises(shards.ShardError, match="no shard's"):
         shards.prepare(folder, tmp_path / "whole", 0, 3)
 
@@ -148,19 +148,19 @@ def test_shards_merge_into_one_gradebook_laid_out_as_a_single_run(tmp_path):
     assert f"{len(IDS)} rows in {merged / 'gradebook.csv'} (merged from 3 shards)" in result.output
     everyone = {}
     for out in outs:
-        everyone.update(batch.read_gradebook(out))
+        everyone.update(gradebook.read_gradebook(out))
     single = tmp_path / "single"
     single.mkdir()
-    batch.write_gradebook(single, everyone)  # what one run writes for the same rows: grade-all's order
+    gradebook.write_gradebook(single, everyone)  # what one run writes for the same rows: grade-all's order
     assert gradebook_lines(merged) == gradebook_lines(single)
-    assert gradebook_lines(merged)[0] == ",".join(batch.COLUMNS)
+    assert gradebook_lines(merged)[0] == ",".join(gradebook.COLUMNS)
     folders = sorted(p.name for p in merged.iterdir())
-    assert folders == sorted([batch.output_folder(merged, i).name for i in IDS] + ["gradebook.csv", "class.html",
-                                                                                    "class.csv"])
+    assert folders == sorted([gradebook.output_folder(merged, i).name for i in IDS]
+                             + ["gradebook.csv", "class.html", "class.csv"])
     assert "gradebook.csv~" in folders and "shard.json~" in folders and "new\nline" in folders
     assert not (merged / "shard.json").exists()
     for sub_id in IDS:
-        copied = json.loads((batch.output_folder(merged, sub_id) / "results.json").read_text())
+        copied = json.loads((gradebook.output_folder(merged, sub_id) / "results.json").read_text())
         assert copied == {"score": float(len(sub_id))}
     again = run("merge", *outs, "-o", merged)  # into a previous merge: replaced, the same
     assert again.exit_code == 0 and gradebook_lines(merged) == gradebook_lines(single), again.output
@@ -186,7 +186,7 @@ def test_a_shard_or_merge_run_again_after_a_kill_leaves_nothing_of_the_killed_wr
     result = run("merge", *outs, "-o", merged)
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in merged.iterdir()) == sorted(
-        [batch.output_folder(merged, i).name for i in IDS] + ["gradebook.csv", "class.html", "class.csv"])
+        [gradebook.output_folder(merged, i).name for i in IDS] + ["gradebook.csv", "class.html", "class.csv"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["class", "merged", "shard-0", "shard-1", "shard-2"]
 
 
@@ -229,7 +229,7 @@ def test_merge_refuses_shards_of_another_n(tmp_path):
 def test_merge_refuses_what_is_no_shard_and_an_output_that_overlaps_one(tmp_path):
     outs = make_shards(tmp_path, 2)
     (tmp_path / "whole").mkdir()
-    batch.write_gradebook(tmp_path / "whole", {})
+    gradebook.write_gradebook(tmp_path / "whole", {})
     result = run("merge", outs[0], tmp_path / "whole", "-o", tmp_path / "m")
     assert result.exit_code == 2 and "no shard's output" in result.output, result.output
     for target in (outs[1], outs[1] / "merged", tmp_path):
@@ -265,12 +265,12 @@ def test_merge_lists_the_ids_of_an_unfinished_shard(tmp_path):
 
 def test_merge_lists_stale_rows_and_rows_of_other_shards(tmp_path):
     outs = make_shards(tmp_path, 2)
-    book = batch.read_gradebook(outs[0])
+    book = gradebook.read_gradebook(outs[0])
     victim = next(iter(book))
     book[victim].fingerprint = "0123456789abcdef"  # graded before the kit or the settings changed
     stranger = next(i for i in IDS if shards.shard_of(i, 2) == 1)
-    book[batch.row_key(stranger)] = batch.Row(stranger, 1.0, {m: 0.2 for m in MODULES}, "graded", 1.0)
-    batch.write_gradebook(outs[0], book)
+    book[gradebook.row_key(stranger)] = gradebook.Row(stranger, 1.0, {m: 0.2 for m in MODULES}, "graded", 1.0)
+    gradebook.write_gradebook(outs[0], book)
     result = run("merge", *outs, "-o", tmp_path / "merged")
     assert result.exit_code == 1, result.output
     assert "rows graded from another kit, other settings or another content" in result.output
@@ -292,7 +292,7 @@ def test_merge_never_follows_a_link_in_a_shards_output(tmp_path):
     outs = make_shards(tmp_path, 1)
     (tmp_path / "secret").mkdir()
     (tmp_path / "secret" / "key").write_text("private")
-    victim = batch.output_folder(outs[0], "alice")
+    victim = gradebook.output_folder(outs[0], "alice")
     for name in os.listdir(victim):
         os.unlink(victim / name)
     victim.rmdir()
@@ -308,9 +308,9 @@ def test_a_refused_merge_moves_the_earlier_merge_aside_and_says_where(tmp_path):
     outs = make_shards(tmp_path, 3)
     merged = tmp_path / "merged"
     assert run("merge", *outs, "-o", merged).exit_code == 0
-    book = batch.read_gradebook(outs[1])
+    book = gradebook.read_gradebook(outs[1])
     del book[next(iter(book))]  # shard 1 run again and stopped before its end: a row missing
-    batch.write_gradebook(outs[1], book)
+    gradebook.write_gradebook(outs[1], book)
     result = run("merge", *outs, "-o", merged)
     assert result.exit_code == 1, result.output
     (stale,) = [p for p in tmp_path.iterdir() if p.name.startswith("merged.stale-")]
@@ -330,7 +330,7 @@ def test_a_merge_replaces_an_earlier_merge_whole(tmp_path):
     outs = make_shards(tmp_path, 2)
     merged = tmp_path / "merged"
     merged.mkdir()
-    batch.write_gradebook(merged, {})
+    gradebook.write_gradebook(merged, {})
     (merged / "someone-gone").mkdir()  # a submission of the earlier run, no longer in the class
     result = run("merge", *outs, "-o", merged)
     assert result.exit_code == 0, result.output
@@ -355,7 +355,7 @@ def test_a_shard_never_started_is_unfinished_not_a_refusal(tmp_path):
     for k in (0, 1):
         make_shard(folder, outs[k], k, 4)
     outs[2].mkdir()
-    (outs[2] / batch.LOCK).write_text("")  # shard 2: stopped before its manifest; shard 3: never started
+    (outs[2] / outlock.LOCK).write_text("")  # shard 2: stopped before its manifest; shard 3: never started
     result = run("merge", *outs, "-o", tmp_path / "merged")
     assert result.exit_code == 1, result.output
     assert "nothing in them yet (the shard never started" in result.output

@@ -26,13 +26,13 @@ from pathlib import Path
 
 import pytest
 
-from autograder.classrun import batch, shards
+from autograder.classrun import gradebook, outlock, shards
 from tests.conftest import ROOT, SOLUTIONS
 
 pytestmark = pytest.mark.grading  # every test here grades, through real grade-all processes
 
 TIMED = ("grading_time_s",)  # the columns that measure time: every other column of the gradebook is compared
-COMPARED = [c for c in batch.COLUMNS if c not in TIMED]
+COMPARED = [c for c in gradebook.COLUMNS if c not in TIMED]
 REAL = ("reference", "buggy", "no-mha")  # the submissions graded for real; the others are empty at once
 PARALLEL = 3  # shard processes at once (a 2-core machine: they wait on their student processes much of the time)
 HANG_GUARD = 600  # seconds: a guard against a hang, never a bound on speed
@@ -90,7 +90,7 @@ def run_all(commands, env, parallel=PARALLEL):
 
 
 def read_rows(out: Path) -> list[dict]:
-    with open(out / batch.GRADEBOOK, newline="", encoding="utf-8") as fh:
+    with open(out / gradebook.GRADEBOOK, newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
 
 
@@ -101,10 +101,10 @@ def compared(out: Path) -> list[dict]:
 def folders(out: Path) -> dict[str, list[str]]:
     """What an OUT holds: each submission folder with the names of its files (the gradebook and the class page
     aside, which every OUT has: tests/test_class_page.py compares the pages)."""
-    assert (out / batch.CLASS_PAGE).is_file() and (out / batch.CLASS_CSV).is_file(), f"no class page in {out}"
+    assert (out / gradebook.CLASS_PAGE).is_file() and (out / gradebook.CLASS_CSV).is_file(), f"no class page in {out}"
     return {p.name: sorted(f.name for f in p.iterdir()) for p in out.iterdir()
-            if p.name not in (batch.GRADEBOOK, batch.LOCK, batch.CLASS_PAGE, batch.CLASS_CSV)}  # the lock: held by
-    # the grade-all that wrote OUT
+            if p.name not in (gradebook.GRADEBOOK, outlock.LOCK, gradebook.CLASS_PAGE, gradebook.CLASS_CSV)}
+    # (the lock: held by the grade-all that wrote OUT)
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,7 @@ def course(tmp_path_factory):
     try:
         deadline = time.monotonic() + HANG_GUARD
         while victim.poll() is None and time.monotonic() < deadline:
-            if (out3 / str(killed) / batch.GRADEBOOK).is_file():
+            if (out3 / str(killed) / gradebook.GRADEBOOK).is_file():
                 seen = len(read_rows(out3 / str(killed)))
                 if seen >= 1:
                     break
@@ -141,7 +141,7 @@ def course(tmp_path_factory):
     finally:
         os.killpg(victim.pid, signal.SIGKILL)
         victim.communicate()
-    after_kill = len(read_rows(out3 / str(killed))) if (out3 / str(killed) / batch.GRADEBOOK).is_file() else 0
+    after_kill = len(read_rows(out3 / str(killed))) if (out3 / str(killed) / gradebook.GRADEBOOK).is_file() else 0
 
     runs = {("single", 0): grade_all(folder, root / "single", "--jobs", "2")}
     for n in (1, 3, 7):
@@ -188,7 +188,8 @@ def test_n_shards_merge_into_the_single_runs_gradebook_row_for_row(course, n):
     for mine, theirs in zip(got, single):
         assert mine == theirs, f"N = {n}: every column but {TIMED} equal"
     assert folders(root / f"merged-{n}") == folders(root / "single"), "laid out as the single run's OUT"
-    assert (root / f"merged-{n}" / batch.CLASS_CSV).read_text() == (root / "single" / batch.CLASS_CSV).read_text(), \
+    merged_table, single_table = (root / f"merged-{n}" / gradebook.CLASS_CSV), (root / "single" / gradebook.CLASS_CSV)
+    assert merged_table.read_text() == single_table.read_text(), \
         f"N = {n}: expected the class page's figures and ids of the single run"
     assert "empty (nothing to grade, 0): " in merged.stderr, "the summary grade-all prints"
 

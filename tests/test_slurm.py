@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.classrun import batch, shards
+from autograder.classrun import gradebook, shards
 from tests.conftest import ROOT
 from tests.test_shards_class import COMPARED, compared, folders, make_class
 
@@ -253,8 +253,8 @@ def test_a_cancelled_task_is_named_by_the_merge_and_the_documented_resume_line_c
     slurm.run("scancel", f"{array}_{k}")
     slurm.wait_idle()
     assigned = [i for i, _ in shards.read_manifest(results / "shards" / str(k))["submissions"]]
-    graded = batch.read_gradebook(results / "shards" / str(k))
-    left = [i for i in assigned if batch.row_key(i) not in graded]
+    graded = gradebook.read_gradebook(results / "shards" / str(k))
+    left = [i for i in assigned if gradebook.row_key(i) not in graded]
     assert "reference" in left, f"expected shard {k} cancelled before it graded reference; it has {sorted(graded)}"
     log = (results / "logs" / "merge.out").read_text()
     assert f"shard {k} ({results / 'shards' / str(k)}): assigned, no row" in log and "reference" in log, log
@@ -300,7 +300,7 @@ def test_a_requeued_task_appends_to_its_log_and_resumes(slurm, course):
 
 def began(slurm, results: Path, k: int):
     """Wait until shard K has written its manifest: it has begun, and its real grading is seconds away."""
-    manifest = results / "shards" / str(k) / batch.MANIFEST
+    manifest = results / "shards" / str(k) / gradebook.MANIFEST
     deadline = time.monotonic() + HANG_GUARD
     while not manifest.exists():
         assert time.monotonic() < deadline, f"expected shard {k} to start\n{slurm.queue()}\n{slurm.logs()}"

@@ -7,7 +7,7 @@ bug: ...", autograder.grade.diagnose) ranked by how many students got each, with
 that were not graded (empty, timeout, error), with their ids and why; what graded them (the kit's version,
 the checksum of its graders and reference, torch, Python, the isolation level).
 
-Everything is read from OUT: gradebook.csv (batch.read_gradebook: ids, totals, module figures, statuses) and
+Everything is read from OUT: gradebook.csv (gradebook.read_gradebook: ids, totals, module figures, statuses) and
 each submission's results.json, which grade-all writes and merge copies. So the page of a merged cluster run
 (autograder.classrun.shards) is the page of one grade-all run of the same class, and `grader_cli.py summary OUT`
 makes it again for any output, an older one included. A report's checks are grouped by cause as every report
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from autograder import MODULES
 from autograder.files import SHARED, write_atomic
-from autograder.classrun import batch, shards
+from autograder.classrun import gradebook, shards
 from autograder.report.html import STYLE, code_spans, document, esc
 from autograder.report.model import STATUSES, TestResult, cause, csv_cell, entries, not_started, safe_line
 from autograder.scoring import NOT_HANDED_IN, fmt
@@ -71,7 +71,7 @@ class Diagnosis:
 
 @dataclass
 class ClassSummary:
-    rows: dict  # id -> batch.Row, in the gradebook's order
+    rows: dict  # id -> gradebook.Row, in the gradebook's order
     checks: list  # Check, in the order the reports list them
     diagnoses: list  # Diagnosis, most students first
     not_started: dict  # module -> ids whose every check of it failed on NotImplementedError
@@ -99,8 +99,8 @@ class ClassSummary:
 
     @property
     def parts(self) -> tuple:
-        """The parts the gradebook has a column for: the kit's five, or a course file's (batch.parts_of)."""
-        return batch.parts_of(self.rows.values())
+        """The parts the gradebook has a column for: the kit's five, or a course file's (gradebook.parts_of)."""
+        return gradebook.parts_of(self.rows.values())
 
     def scale(self, module=None) -> float:
         """The maximum of the totals (100, or the total of the course file that graded them) or of `module`'s
@@ -183,14 +183,14 @@ def read_results(path: Path) -> tuple[list[TestResult], dict | None]:
 
 
 def _report_folders(out: Path, rows: dict) -> dict:
-    """row key -> the folder of OUT that holds that submission's files (batch.output_folder, inverted by
-    batch.folder_id: an id whose characters the gradebook shows escaped is found too); links never followed."""
+    """row key -> the folder of OUT that holds that submission's files (gradebook.output_folder, inverted by
+    gradebook.folder_id: an id whose characters the gradebook shows escaped is found too); links never followed."""
     found = {}
     with os.scandir(out) as listing:
         for entry in listing:
             if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
                 continue
-            key = batch.row_key(batch.folder_id(entry.name))
+            key = gradebook.row_key(gradebook.folder_id(entry.name))
             if key in rows and key not in found:
                 found[key] = Path(entry.path)
     return found
@@ -199,9 +199,9 @@ def _report_folders(out: Path, rows: dict) -> dict:
 def read_class(out: Path) -> ClassSummary:
     """Everything the page shows, from OUT's gradebook and reports (see the module's docstring)."""
     out = Path(out)
-    rows = batch.read_gradebook(out)
+    rows = gradebook.read_gradebook(out)
     rows = {rows[key].id: rows[key] for key in sorted(rows)}  # the gradebook's order
-    folders = _report_folders(out, {batch.row_key(i): r for i, r in rows.items()})
+    folders = _report_folders(out, {gradebook.row_key(i): r for i, r in rows.items()})
     checks: dict[tuple, Check] = {}
     diagnoses: dict[str, Diagnosis] = {}
     not_started_, not_handed_in = {}, {}
@@ -209,7 +209,7 @@ def read_class(out: Path) -> ClassSummary:
     unreadable = []
     module_max = {}
     for sub_id, row in rows.items():
-        folder = folders.get(batch.row_key(sub_id))
+        folder = folders.get(gradebook.row_key(sub_id))
         tests, made_by = [], None
         if folder is None:
             if row.status in ("graded", "empty"):
@@ -514,11 +514,11 @@ def write(out: Path) -> tuple[Path, Path]:
     """Write OUT/class.html and OUT/class.csv (each atomically, under the user's umask as the gradebook) from
     OUT's gradebook and reports; their paths. FileNotFoundError where OUT holds no gradebook."""
     out = Path(out)
-    path = out / batch.GRADEBOOK
+    path = out / gradebook.GRADEBOOK
     if not stat.S_ISREG(os.lstat(path).st_mode):  # FileNotFoundError where there is none
         raise FileNotFoundError(f"{path} is not a regular file")
     summary = read_class(out)
-    page, table = out / batch.CLASS_PAGE, out / batch.CLASS_CSV
+    page, table = out / gradebook.CLASS_PAGE, out / gradebook.CLASS_CSV
     write_atomic(table, to_csv(summary), mode=SHARED)
     write_atomic(page, to_html(summary), mode=SHARED)
     return page, table

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from autograder import MODULES
 from autograder.files import SHARED, write_atomic
-from autograder.classrun import batch
+from autograder.classrun import gradebook
 from autograder.submission.take import SubmissionError, taken
 from autograder.paths import KIT
 from autograder.report.html import STYLE, document, esc
@@ -264,7 +264,7 @@ def compare(folder: Path, *, boilerplate=(TEMPLATE,), max_share: int = COMMON, t
     clock = time.monotonic()
     timings = {}
     prints = Fingerprints(boilerplate_sources(boilerplate))
-    entries = batch.discover(folder)
+    entries = gradebook.discover(folder)
     ids, left_out = [], {}
     filtered: list[dict] = []  # per submission: {module: its filtered code} (a third of its source, or less)
     index = {m: [] for m in MODULES}  # module -> [(its distinct hashes, submission number)]

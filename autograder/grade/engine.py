@@ -18,123 +18,24 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-from autograder import MODULES
+from autograder import MODULES, registry
 from autograder.files import read_signed
 from autograder.grade.spec import GradingSpec
-from autograder import registry
 from autograder.paths import GRADERS
 from autograder.report.model import GradeReport, TestResult
 from autograder.sandbox import batchlock
 from autograder.sandbox.errors import GraderUnavailable
 from autograder.sandbox.isolation import choose_isolation
-from autograder.sandbox.limits import Limits, grader_env, student_env
+from autograder.sandbox.limits import Limits, grader_env
 from autograder.scoring import nothing_to_grade
 from autograder.submission.notebooks import in_notebook_terms
 from autograder.submission.take import submission_id, taken
-
-
-class WarmServers:
-    """The two fork servers of a batch run (autograder.sandbox.forkserver): torch is imported once, not per grading.
-
-    `grader` forks a warm trusted process per submission to run the hidden
-    graders; `zygote` forks each student process from a warm process that
-    holds torch and nothing of the kit. Use as a context manager and pass it
-    to `grade(..., servers=...)`.
-    """
-
-    def __init__(self, python=None):
-        from autograder.sandbox.forkclient import Server
-        self._home = tempfile.mkdtemp(prefix="mha-zygote-home-")  # the student processes' HOME: removed at close
-        started = []
-        try:
-            # side by side: each imports torch, so on two cores the pair is ready in the time of one import. The
-            # zygote first: the grader server inherits its channel, for its gradings to fork student processes
-            started.append(Server("student", env=student_env(self._home), isolated=True,
-                                  python=python or sys.executable, wait=False))
-            started.append(Server("grader", env=grader_env(), preload=GRADER_PRELOAD, wait=False,
-                                  share=[started[0]]))
-            for server in started:
-                server.wait_ready()
-        except BaseException:
-            for server in started:
-                server.close()
-            shutil.rmtree(self._home, ignore_errors=True)
-            raise
-        self.zygote, self.grader = started
-
-    def close(self):
-        self.grader.close()
-        self.zygote.close()
-        shutil.rmtree(self._home, ignore_errors=True)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-class LazyServers:
-    """WarmServers started by the first grading that runs graders, from whichever thread it runs in: a class
-    run (or a shard of one) whose submissions are all refused at intake starts no server at all.
-
-    Passed as `grade(..., servers=...)`: its truth value starts the servers when they are not running yet and
-    says whether they run; False (the gradings go cold, slower, same results) where they cannot start, or
-    once closed. `grader` and `zygote` are those of the running servers.
-    """
-
-    def __init__(self, python=None):
-        self._python = python
-        self._servers = None
-        self._state = "waiting"  # "running", "unavailable" (they could not start) or "closed"
-        self._lock = threading.Lock()
-
-    def __bool__(self):
-        with self._lock:
-            if self._state == "waiting":
-                try:
-                    self._servers = WarmServers(python=self._python)
-                    self._state = "running"
-                except (OSError, RuntimeError):
-                    self._state = "unavailable"
-            return self._state == "running"
-
-    @property
-    def grader(self):
-        return self._servers.grader
-
-    @property
-    def zygote(self):
-        return self._servers.zygote
-
-    def close(self):
-        with self._lock:
-            self._state = "closed"
-            servers, self._servers = self._servers, None
-        if servers is not None:
-            servers.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-#: What the warm grader server imports once, so that no grading pays for it: torch, the pytest plugin, the
-#: checks and diagnoses, the graders' helpers, the timing, the reference solution, and the graders themselves
-#: (pytest's importlib mode takes a test module already in sys.modules as it is: each fork collects the server's
-#: copy instead of compiling and running the five files again, ~20 ms of CPU a grading).
-GRADER_PRELOAD = ("torch", "autograder.grade.plugin", "autograder.graders.checks", "autograder.grade.diagnose",
-                  "autograder.graders.common", "autograder.graders.timing", "solutions", *registry.grader_modules())
 
 
 def _key_pipe(key):
@@ -269,7 +170,8 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
             # a class run: explicit, as servers may predate it
             batch_dir=str(batch) if batch is not None else None,
             course=course.grading() if course is not None else {})
-        args = [*map(str, registry.grader_files(course.parts if course is not None else MODULES)), "-c", str(GRADERS / "pytest.ini"), "--rootdir", str(GRADERS),
+        graders = registry.grader_files(course.parts if course is not None else MODULES)
+        args = [*map(str, graders), "-c", str(GRADERS / "pytest.ini"), "--rootdir", str(GRADERS),
                 "-p", "autograder.grade.plugin", "-q", "--no-header", "--tb=no", "--spec", spec.to_json()]
         if select:
             args += ["-k", select]

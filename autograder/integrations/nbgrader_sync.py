@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
-from autograder.grade.engine import LazyServers, grade
+from autograder.grade.engine import grade
+from autograder.grade.servers import LazyServers
 from autograder.release import ASSIGNMENT, NOTEBOOKS, nbgrader_env
 from autograder.scoring import fmt
 from autograder.submission.notebooks import load_nbformat
@@ -118,7 +119,7 @@ def sync_course(course: Path, assignment: str = ASSIGNMENT, students=None, *, ov
     `grade_options` go to autograder.grade.engine.grade (a course file, `course`, among them: the parts it
     hands out are the cells written). Unless they name
     `servers`, the gradings share two fork servers that import torch once
-    (autograder.grade.engine.LazyServers, as `grade-all` does), started by
+    (autograder.grade.servers.LazyServers, as `grade-all` does), started by
     the first grading that runs graders; cold gradings where they cannot start.
     """
     load_nbformat()  # before nbgrader imports it

@@ -9,12 +9,12 @@ process. `grade-all` instead starts two warm servers once per run:
   process is a fork of it that confines itself (autograder/sandbox/student_process.py) before
   it imports student code;
 * the grader server (`python forkserver.py grader FD LABEL MODULE...`) has
-  imported pytest and the modules its owner named (autograder.grade.engine names
+  imported pytest and the modules its owner named (autograder.grade.servers names
   torch, the plugin, the checks and the reference), and run the `warm()` of each
   that has one; each grading is a fork of it that runs the graders on one submission.
 
 This module knows no other module of the kit: what a server holds warm is
-its owner's choice, so the import graph runs one way (engine -> forkclient ->
+its owner's choice, so the import graph runs one way (servers, engine -> forkclient ->
 forkserver). The owner's side, `Server` and `Worker`, is forkclient.py; this
 file is the server itself.
 
