@@ -67,6 +67,30 @@ def start_time(pid: int) -> str | None:
 
 
 def tree(root: int) -> list[int]:
+    """`root` and every descendant of it (root first): each process's children as the kernel lists them, per
+    thread, in /proc/<pid>/task/<tid>/children, a few small files per process of the tree; where the kernel has
+    no such lists (CONFIG_PROC_CHILDREN), by the parent links of every process in /proc (`_tree_by_parents`).
+
+    The lists hold the same processes as the parent links: a child is listed under the thread that made it (a
+    thread that ends hands its children to another thread of its process, under which they are listed then),
+    zombies included. Reading every process of the machine took ~5 ms of CPU, and a speed measurement reads
+    the tree tens of times."""
+    if not _HAS_CHILDREN:
+        return _tree_by_parents(root)
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        for tid in _threads(pid):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                    todo.extend(int(child) for child in fh.read().split())
+            except (OSError, ValueError):  # the thread ended meanwhile: its children are listed under another
+                continue
+    return out
+
+
+def _tree_by_parents(root: int) -> list[int]:
     """`root` and every descendant of it, by the parent links in /proc (root first)."""
     children = {}
     for name in os.listdir("/proc"):
@@ -80,6 +104,10 @@ def tree(root: int) -> list[int]:
         out.append(pid)
         todo.extend(children.get(pid, ()))
     return out
+
+
+#: whether this kernel lists each thread's children (/proc/<pid>/task/<tid>/children, CONFIG_PROC_CHILDREN)
+_HAS_CHILDREN = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
 
 
 def _threads(pid):
