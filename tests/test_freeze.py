@@ -200,6 +200,40 @@ def test_retries_record_the_seed_and_rounds_of_every_try(monkeypatch):
     assert result.to_dict()["seeds"] == [11, 22, 33]
 
 
+def _slow(student_fused=20.0, worst=21.0, rounds=2, discarded=0):
+    """A Measurement of a module `student_fused` / 1 times slower than the reference fused one at 64 heads (as
+    fast with one head), its slowest round `worst`: a loop over heads, at 20, fails all three checks 5x over."""
+    return timing.Measurement(student_fused, 15.0, 1.0, 1.0, 1.5, 1.0, rounds=rounds, discarded=discarded,
+                              worst={"student_fused": worst, "student_few": 1.02})
+
+
+def test_a_try_is_decided_when_noise_cannot_change_any_verdict():
+    """`decided`: every check's figure at least DECIDED times from its threshold and beyond the rounds' noise
+    to the power NOISE_POWER, after two vouched rounds; never a measurement that passes (`enough` decides it)."""
+    assert timing.decided(_slow()), "expected a loop over heads, 5x past every threshold, decided"
+    assert not timing.decided(_slow(worst=32.0)), "expected rounds 1.6x apart (1.6 ** 4 = 6.6 > 5) undecided"
+    assert not timing.decided(_slow(student_fused=7.0, worst=7.1)), "expected a slowdown of 7 (1.75x) undecided"
+    assert not timing.decided(_slow(student_fused=1.5, worst=1.6)), "expected a passing module left to `enough`"
+    assert not timing.decided(_slow(rounds=1)), "expected one round to decide nothing"
+    assert not timing.decided(_slow(rounds=3, discarded=2)), "expected one vouched round to decide nothing"
+
+
+def test_a_decided_try_stops_after_min_rounds_and_is_not_tried_again(monkeypatch):
+    """A try whose figures are decided stops after MIN_ROUNDS rounds, and measure_until tries no more; an
+    undecided failing one takes every round of every try."""
+    monkeypatch.setattr(timing, "decided", lambda m: True)
+    m = timing.measure(_fake_pair(), rounds=4, reps=2)
+    assert m.rounds == timing.MIN_ROUNDS, m.rounds
+    monkeypatch.undo()  # the real `decided` again
+    tries = []
+    monkeypatch.setattr(timing, "measure", lambda remote, device="cpu", **_: tries.append(1) or _slow())
+    assert not timing.passes(timing.measure_until(None)) and len(tries) == 1, f"expected one try, got {len(tries)}"
+    tries.clear()
+    monkeypatch.setattr(timing, "measure", lambda remote, device="cpu", **_: tries.append(1) or _slow(worst=32.0))
+    timing.measure_until(None)
+    assert len(tries) == timing.RETRIES, f"expected every try of an undecided failure, got {len(tries)}"
+
+
 FORKS_ON_FLAG = r"""
 import os, sys, time
 sys.stdout.write("ready\n"); sys.stdout.flush()

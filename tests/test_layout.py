@@ -384,4 +384,4 @@ def test_no_file_of_the_sandbox_is_over_about_300_lines():
     assert not long, f"expected every file of autograder/sandbox/ within {MAX_SANDBOX_LINES} lines, got {long}"
 
 
-MAX_SANDBOX_LINES = 330
+MAX_SANDBOX_LINES = 340

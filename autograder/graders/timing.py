@@ -101,6 +101,17 @@ ROUNDS = 5
 #: decided by each side's best round, so further rounds could only confirm it or, by luck, undo it; a failing
 #: measurement that is only slow takes all ROUNDS and the retries, a wrong one ends at its first mismatched round.
 MIN_ROUNDS = 2
+#: A try also stops after MIN_ROUNDS vouched rounds, and no retry follows, once its figures decide every check
+#: either way beyond what noise could change (`decided`): each of the three figures at least DECIDED times from
+#: its threshold, past it or short of it, and at least the noise of the student's rounds to the power
+#: NOISE_POWER (`Measurement.noise`: its slowest round over its fastest). Only the student's times can move a
+#: figure towards passing (more rounds only lower the references' best times, which moves a failing figure
+#: further from its threshold), and by at most the spread of its rounds: a loop over heads, slowdown and growth
+#: 13-18 against 4 and a spread of ~1.1, is decided after two rounds instead of five rounds in each of three
+#: tries; the honest modules never measured beyond 2.4 against 4 (benchmarks/speedup_reliability.py), half
+#: of 2 x 4. A try whose figures pass every check stops as before (`enough`).
+DECIDED = 2.0
+NOISE_POWER = 4
 REPS = 20
 #: Passes of a reference stacked module timed in a round: the first STACKED_REPS of the round's REPS inputs. It
 #: runs here, timed by this thread's CPU clock with no round trip to share out, and one pass at 64 heads takes
@@ -133,6 +144,9 @@ class Measurement:
     neighbours: int = 0  # gradings of the machine stopped during the measurement (autograder/sandbox/batchlock.py)
     load_s: float = 0.0  # seconds per pass, summed over rounds, taken off the student's blocks: run delay
     mismatched: list = field(default_factory=list, repr=False)  # (input, output, module) of passes unlike the reference
+    #: the student's slowest vouched round, seconds per pass, of each of its figures ("student_fused",
+    #: "student_few"): with the best ones, the noise of its rounds (`noise`)
+    worst: dict = field(default_factory=dict, repr=False)
     module: object = field(default=None, repr=False)  # the student's timed modules (RemoteModules: many, few heads)
 
     @property
@@ -160,6 +174,14 @@ class Measurement:
         """How many times the student's time per pass grows from FEW_HEADS heads to 64, its time with few heads
         counted at most as the reference fused module's (being slow there flattens nothing)."""
         return self.student_fused / min(self.student_few, self.reference_fused_few) if self.vouched else float("nan")
+
+    @property
+    def noise(self):
+        """How far apart the student's vouched rounds were: its slowest round's time per pass over its fastest's,
+        the larger of its two blocks' (nan before two rounds)."""
+        spreads = [self.worst[name] / getattr(self, name) for name in self.worst if getattr(self, name) > 0]
+        return max(spreads) if len(spreads) == len(self.worst) == 2 and self.rounds - self.discarded >= 2 \
+            else float("nan")
 
     @property
     def reference_growth(self):
@@ -411,12 +433,19 @@ def build_timed(student, device="cpu", stand_ins=()):
     return build_fused(student, device, stand_ins=stand_ins), build_fused(student, device, FEW_HEADS, stand_ins)
 
 
-def time_block(module, xs, clock=time.thread_time):
+def time_block(module, xs, clock=time.thread_time, outputs=None):
     """Seconds per forward pass of `module`, one pass per input of `xs`, by this process's clock.
 
     On CPU the clock is this thread's CPU time by default (the module must run single-threaded:
     `measure` sets one thread), so that preemption does not count; `bench`, which may run several
-    threads, passes the wall clock."""
+    threads, passes the wall clock. `outputs` (a list, on the CPU): the outputs of the passes are appended
+    to it (the reference fused module's are what the student's outputs are checked against: `did_the_work`)."""
+    if outputs is not None and xs.device.type == "cpu":
+        with torch.no_grad():
+            begin = clock()
+            for x in xs:
+                outputs.append(module(x))
+            return (clock() - begin) / len(xs)
     with torch.no_grad():
         if xs.device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -515,19 +544,21 @@ def serialization_cost(xs):
     return time.thread_time() - begin
 
 
-def did_the_work(outputs, reference, xs, mismatched=None, module=None):
+def did_the_work(outputs, reference, xs, mismatched=None, module=None, expected=None):
     """Whether the timed block returned, for every input, what the reference module gives for it.
 
     `mismatched` (a list) collects the (input, output, module) triples that differ from the reference, so
-    that a grader can ask whether they are explained by a fault of the student's parts (graders/blame.py)."""
+    that a grader can ask whether they are explained by a fault of the student's parts (graders/blame.py).
+    `expected`: the reference's outputs for `xs`, where its timed block kept them (`time_block`), so that the
+    same passes are not run twice."""
     if not isinstance(outputs, list) or len(outputs) != len(xs):
         return False
     ok = True
     with torch.no_grad():
-        for out, x in zip(outputs, xs):
-            expected = reference(x)
-            if not (isinstance(out, torch.Tensor) and out.shape == expected.shape
-                    and torch.allclose(out, expected, rtol=1e-3, atol=1e-4)):
+        for i, (out, x) in enumerate(zip(outputs, xs)):
+            expected_here = reference(x) if expected is None else expected[i]
+            if not (isinstance(out, torch.Tensor) and out.shape == expected_here.shape
+                    and torch.allclose(out, expected_here, rtol=1e-3, atol=1e-4)):
                 ok = False
                 if mismatched is not None:
                     mismatched.append((x, out, module))
@@ -574,6 +605,7 @@ def measure(timed, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, enough=N
     verified, discarded, details, mismatched, load, skipped = True, 0, [], [], 0.0, ""
     best = {name: float("inf") for name in FIGURES}
     best["trip"] = float("inf")
+    worst = {"student_fused": 0.0, "student_few": 0.0}
     draw = random.SystemRandom()
     with batchlock.quiet(root) as neighbours:  # no other grading's code runs meanwhile
         try:
@@ -592,16 +624,17 @@ def measure(timed, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, enough=N
                     times[heads], outputs[heads], waited = time_student_block(student[heads], xs[heads], root)
                     load += waited
                 with frozen(root) as stop:
-                    figures = {}
+                    figures, expected = {}, {heads: [] for heads in student}
                     for heads, suffix in ((None, ""), (FEW_HEADS, "_few")):
                         stacked, fused = references[heads]
                         figures["reference_stacked" + suffix] = time_block(stacked, xs[heads][:STACKED_REPS])
-                        figures["reference_fused" + suffix] = time_block(fused, xs[heads])  # CPU clock
+                        # CPU clock; its outputs are what the student's are checked against
+                        figures["reference_fused" + suffix] = time_block(fused, xs[heads], outputs=expected[heads])
                     figures["trip"] = serialization_cost(xs[None])
                 figures["student_fused"], figures["student_few"] = times[None], times[FEW_HEADS]
                 for heads in student:
                     verified = did_the_work(outputs[heads], references[heads][1], xs[heads], mismatched,
-                                            student[heads]) and verified
+                                            student[heads], expected[heads] or None) and verified
                     skipped = skipped or work_skipped(outputs[heads], xs[heads], blocks[heads][1],
                                                       SIZES["num_heads"] * SIZES["head_dim"])
                 if stop.clean is False:
@@ -609,28 +642,44 @@ def measure(timed, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, enough=N
                     details.append(stop.why())
                     continue
                 best = {name: min(best[name], figures[name]) for name in best}
-                decided = not verified and (stop_on_mismatch or skipped and stop_on_skip)
-                if r < rounds and (decided or enough is not None and r >= MIN_ROUNDS and enough(
-                        _figures(best, reps, device, verified, secret, r, discarded, details, load, skipped))):
-                    rounds = r  # decided: wrong outputs fail whatever the times; or the figures already pass
-                    break
+                worst = {name: max(worst[name], figures[name]) for name in worst}
+                wrong = not verified and (stop_on_mismatch or skipped and stop_on_skip)
+                so_far = _figures(best, reps, device, verified, secret, r, discarded, details, load, skipped, worst)
+                if r < rounds and (wrong or r >= MIN_ROUNDS and (enough is not None and enough(so_far)
+                                                                or decided(so_far))):
+                    rounds = r  # wrong outputs fail whatever the times; the figures already pass; or noise cannot
+                    break  # change any check's verdict
         finally:
             torch.set_num_threads(threads)
     ran = [f.why().replace("the student's", "another grading's") for f in neighbours if f.clean is False]
     if ran:  # a neighbour ran anyway (its processes could not all be stopped): nothing vouched
         discarded = rounds
         details.append("; ".join(ran) + " during the measurement")
-    m = _figures(best, reps, device, verified, secret, rounds, discarded, details, load, skipped)
+    m = _figures(best, reps, device, verified, secret, rounds, discarded, details, load, skipped, worst)
     m.mismatched, m.neighbours = mismatched, len(neighbours)
     return m
 
 
-def _figures(best, reps, device, verified, secret, rounds, discarded, details, load, skipped="") -> Measurement:
+def _figures(best, reps, device, verified, secret, rounds, discarded, details, load, skipped="",
+             worst=None) -> Measurement:
     """The Measurement of the best times so far (the FIGURES, and "trip": the references' charge)."""
     charge = best["trip"] / reps
     values = {name: best[name] + (charge if name.startswith("reference") else 0.0) for name in FIGURES}
     return Measurement(**values, device=device, verified=verified, skipped=skipped, seeds=(secret,), rounds=rounds,
-                       discarded=discarded, details=list(details), load_s=load)
+                       discarded=discarded, details=list(details), load_s=load, worst=dict(worst or {}))
+
+
+def decided(m: Measurement) -> bool:
+    """Whether the figures of `m` fail a check and decide every check, either way, beyond what noise could change:
+    each figure at least DECIDED times from its threshold and at least `m.noise` ** NOISE_POWER (see DECIDED).
+    A measurement that passes every check is left to `enough` (false here)."""
+    if not m.vouched or not m.noise >= 1.0:  # nan: fewer than two vouched rounds, or figures missing
+        return False
+    margins = (m.speedup / MIN_SPEEDUP, MAX_SLOWDOWN / m.slowdown, GROWTH_LIMIT / m.relative_growth)  # > 1: passes
+    if not all(x > 0 for x in margins) or all(x >= 1 for x in margins):
+        return False
+    need = max(DECIDED, m.noise ** NOISE_POWER)
+    return all(max(x, 1 / x) >= need for x in margins)
 
 
 def passes(m: Measurement) -> bool:
@@ -672,10 +721,14 @@ def measure_until(timed, passes=passes, device="cpu", retries=RETRIES, stop_on_m
                             skipped=result.skipped or m.skipped, seeds=result.seeds + m.seeds,
                             rounds=result.rounds + m.rounds, discarded=result.discarded + m.discarded,
                             details=result.details + m.details, mismatched=result.mismatched + m.mismatched,
-                            neighbours=max(result.neighbours, m.neighbours), load_s=result.load_s + m.load_s)
+                            neighbours=max(result.neighbours, m.neighbours), load_s=result.load_s + m.load_s,
+                            worst={name: max(m.worst.get(name, 0.0), result.worst.get(name, 0.0))
+                                   for name in {*m.worst, *result.worst}})
         result = m
         if passes(result) or (not result.verified and (stop_on_mismatch or result.skipped and stop_on_skip)):
             break  # wrong outputs are no noise: no try can undo them
+        if decided(result):
+            break  # no noise its rounds showed could change a verdict (DECIDED)
     return result
 
 
