@@ -908,7 +908,7 @@ def _with_kvcache(folder: Path, name="kvcache.py") -> Path:
     the released notebook with its solution)."""
     _reference(folder)
     if name.endswith(".ipynb"):
-        shutil.copyfile(Path(__file__).resolve().parent.parent / "assignments" / "mha" / KVCACHE_NOTEBOOK, folder / name)
+        shutil.copyfile(SOLUTIONS.parent / "assignments" / "mha" / KVCACHE_NOTEBOOK, folder / name)
     else:
         shutil.copyfile(SOLUTIONS / "kvcache.py", folder / name)
     return folder
