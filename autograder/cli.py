@@ -623,7 +623,9 @@ def summary(out):
 @click.option("--min-similarity", type=click.FloatRange(0, 100), default=10, show_default=True,
               help="List a pair when the mean of its two similarities (percent) is at least this.")
 @intake_options
-def similarity(folder, output, templates, more, max_share, top, min_similarity, max_unzipped):
+@course_option("The modules of its parts are compared (an optional part's too; give --template the folder of "
+               "that course's template, release --course).")
+def similarity(folder, output, templates, more, max_share, top, min_similarity, max_unzipped, course):
     """Rank the pairs of submissions in FOLDER (a class, as grade-all reads
     it) whose code is unusually alike, and show their shared code side by
     side: OUTPUT/similarity.html and OUTPUT/similarity.csv.
@@ -653,7 +655,8 @@ def similarity(folder, output, templates, more, max_share, top, min_similarity, 
         try:
             result = sim.compare(folder, boilerplate=list(templates or (sim.TEMPLATE,)) + list(more),
                                  max_share=max_share, top=top, min_similarity=min_similarity / 100,
-                                 max_unzipped=max_unzipped, progress=lambda done, total: bar.update(1))
+                                 max_unzipped=max_unzipped, progress=lambda done, total: bar.update(1),
+                                 parts=tuple(course.parts) if course is not None else MODULES)
         except OSError as exc:
             click.echo(f"error: {folder} cannot be read: {safe_line(exc)}", err=True)
             sys.exit(EXIT_CANNOT_RUN)

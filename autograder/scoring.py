@@ -182,18 +182,29 @@ def listed(names) -> str:
 #: The notebooks of the parts handed out with no course file, as a range: "01_attention.ipynb ... 05_positional.ipynb"
 #: (a notebook's number is its part's place in autograder.PARTS).
 NOTEBOOK_RANGE = " ... ".join(dict.fromkeys(f"{PARTS.index(m) + 1:02d}_{m}.ipynb" for m in (MODULES[0], MODULES[-1])))
-LOOKED_FOR = (f"the {count_word(len(MODULES))} modules {listed(f'{m}.py' for m in MODULES)}, or the notebooks "
-              f"{NOTEBOOK_RANGE}")
 
 
-def nothing_to_grade(tests) -> str:
+def looked_for(modules=MODULES) -> str:
+    """What a grading looked for, the modules of the parts handed out (default: with no course file) and their
+    notebooks: "the five modules attention.py, ... and positional.py, or the notebooks 01_attention.ipynb ...
+    05_positional.ipynb"."""
+    notebooks = " ... ".join(dict.fromkeys(f"{PARTS.index(m) + 1:02d}_{m}.ipynb" for m in (modules[0], modules[-1])))
+    return (f"the {count_word(len(modules))} module{'s' if len(modules) != 1 else ''} "
+            f"{listed(f'{m}.py' for m in modules)}, or the notebook{'s' if len(modules) != 1 else ''} {notebooks}")
+
+
+LOOKED_FOR = looked_for()
+
+
+def nothing_to_grade(tests, parts=MODULES) -> str:
     """Why a grading found no student work, or "" when it found some.
 
     The evidence is the graders' own, recorded on the trusted side: no check
     passed, and every check that ran failed because its module is missing
     from the submission or still raises NotImplementedError (the template's
     stubs, as released). A student's implementation, however wrong, fails
-    in some other way somewhere, and is graded.
+    in some other way somewhere, and is graded. `parts`: the parts handed out (a course file's, or
+    autograder.MODULES), the modules the message says were looked for.
     """
     ran = [t for t in tests if t.status != "skipped"]
     if not ran or any(t.status == "passed" for t in ran):
@@ -207,12 +218,13 @@ def nothing_to_grade(tests) -> str:
             stubs.append(module)
         else:
             return ""
-    parts = []
+    found = []
     if missing:
-        parts.append(f"{', '.join(f'{m}.py' for m in missing)} not found (looked for {LOOKED_FOR})"
-                     if stubs else f"no module found (looked for {LOOKED_FOR})")
+        where = looked_for(tuple(parts))
+        found.append(f"{', '.join(f'{m}.py' for m in missing)} not found (looked for {where})"
+                     if stubs else f"no module found (looked for {where})")
     if stubs:
-        parts.append(("every function still raises NotImplementedError: the untouched template" if not missing
+        found.append(("every function still raises NotImplementedError: the untouched template" if not missing
                       else f"{', '.join(stubs)}: every function still raises NotImplementedError (the untouched "
                            "template)"))
-    return "; ".join(parts)
+    return "; ".join(found)

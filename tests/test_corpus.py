@@ -18,7 +18,7 @@ from parts.mha import diagnose as mha_dx
 from solutions import attention as ref_attention
 from solutions import mha as ref_mha
 from tests.conftest import SOLUTIONS
-from tests.corpus import CorpusError, load_corpus, materialize
+from tests.corpus import CorpusError, course_of, load_corpus, materialize
 
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes
 
@@ -27,8 +27,10 @@ MAX_LINES = 60  # the text report of a single fault, all of it: one message per 
 
 
 def graded(case, tmp_path, servers):
+    """The report of `case`, graded as its part is handed out: with no course file, or for a case of an optional
+    part under a course file that lists it beside the five (tests.corpus.course_of)."""
     report = grade(materialize(case, tmp_path / case.id, SOLUTIONS), call_timeout=case.call_timeout or 5.0,
-                   servers=servers)
+                   servers=servers, course=course_of(case))
     assert report.status == "graded", report.error
     assert not [t for t in report.tests if t.grader_error], [t.message for t in report.tests if t.grader_error]
     return report
@@ -60,6 +62,17 @@ def test_planted_bug_loses_points_in_its_own_module_only(case, tmp_path, warm_se
         + "".join(f"\n  {t.module}/{t.id}: {t.message}" for t in report.tests if t.message))
 
 
+def test_a_loop_that_recomputes_the_whole_prefix_earns_no_speed_points(tmp_path, warm_servers):
+    """kvcache: decoding by a full causal pass over the prefix for each token gives the right values, and earns
+    none of the speed check's points (T full passes against the reference's T full passes: no faster)."""
+    case = next(c for c in CORPUS["bug"] if c.id == "kvcache-prefix-loop")
+    report = graded(case, tmp_path, warm_servers)
+    speed = [t for t in report.tests if t.module == "kvcache" and t.aspect == "speedup"]
+    assert speed and all(t.status == "failed" for t in speed), [(t.id, t.status, t.message) for t in speed]
+    values = [t for t in report.tests if t.module == "kvcache" and t.id == "test_decoding_equals_full_causal_pass"]
+    assert values and all(t.status == "passed" for t in values), [(t.id, t.status, t.message) for t in values]
+
+
 def likely_bugs(report):
     """The "Likely bug: ..." diagnoses of a report's messages, without the prefix and the final period."""
     prefix = "Likely bug: "
@@ -72,7 +85,8 @@ def test_correct_alternative_style_scores_100(case, tmp_path, warm_servers):
     report = graded(case, tmp_path, warm_servers)
     failed = [f"{t.module}/{t.id}: {t.message}" for t in report.failed()]
     assert not failed, f"{case.id} ({case.description}):\n" + "\n".join(failed)
-    assert report.score == 100
+    course = course_of(case)
+    assert report.score == (100 if course is None else course.total)  # an optional part's: out of 111
     noted = [f"{t.module}/{t.id}: {t.message}" for t in report.noted()]
     assert not noted, f"{case.id} ({case.description}) is correct, yet:\n" + "\n".join(noted)
 

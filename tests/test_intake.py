@@ -894,3 +894,95 @@ def test_two_files_of_one_module_cost_its_checks_alone_in_a_real_grading(tmp_pat
     masks = [t for t in report.tests if t.module == "masks" and t.status != "skipped"]
     assert masks and all(t.status == "failed" and report.notes[0] in t.message for t in masks), masks
     assert report.status == "graded" and report.to_text().count("Files not graded (1):") == 1
+
+
+# -- an optional part, handed out by a course file ---------------------------------------------------------------
+#: The parts a course file hands out when it lists the optional part kvcache beside the five (docs/instructor/
+#: kvcache.md): `taken(..., parts=...)` is what the engine passes for it, autograder.MODULES with no course file.
+COURSE_PARTS = (*MODULES, "kvcache")
+KVCACHE_NOTEBOOK = "06_kvcache.ipynb"  # its place in autograder.PARTS
+
+
+def _with_kvcache(folder: Path, name="kvcache.py") -> Path:
+    """The reference submission of the five parts, and the reference kvcache as `name` (a .py file or a notebook,
+    the released notebook with its solution)."""
+    _reference(folder)
+    if name.endswith(".ipynb"):
+        shutil.copyfile(SOLUTIONS.parent / "assignments" / "mha" / KVCACHE_NOTEBOOK, folder / name)
+    else:
+        shutil.copyfile(SOLUTIONS / "kvcache.py", folder / name)
+    return folder
+
+
+def test_an_optional_parts_module_is_taken_where_a_course_hands_it_out(tmp_path):
+    folder = _with_kvcache(tmp_path / "sub", "kvcache (1).py")  # by the name rule, as any module's upload
+    with taken(folder, parts=COURSE_PARTS) as got:
+        files, notes, missing = sorted(os.listdir(got.folder)), got.notes, got.missing
+    assert files == sorted(f"{m}.py" for m in COURSE_PARTS) and not notes and not missing, (files, notes, missing)
+
+
+def test_an_optional_parts_notebook_is_converted_where_a_course_hands_it_out(tmp_path):
+    folder = _with_kvcache(tmp_path / "sub", KVCACHE_NOTEBOOK)
+    with taken(folder, parts=COURSE_PARTS) as got:
+        files, missing, notebooks = sorted(os.listdir(got.folder)), got.missing, got.notebooks
+    assert "kvcache.py" in files and not missing, (files, missing)
+    assert notebooks["kvcache"][0] == KVCACHE_NOTEBOOK, notebooks
+
+
+def test_a_single_notebook_of_an_optional_part_is_a_submission_where_a_course_hands_it_out(tmp_path):
+    notebook = _with_kvcache(tmp_path / "sub", KVCACHE_NOTEBOOK) / KVCACHE_NOTEBOOK
+    with taken(notebook, parts=COURSE_PARTS) as got:
+        files, absent = sorted(os.listdir(got.folder)), got.absent
+    assert files == ["kvcache.py"] and set(absent) == set(MODULES), (files, absent)
+    with pytest.raises(SubmissionError, match="a notebook is named after its module"):  # no course file: no part
+        with taken(notebook):
+            pass
+
+
+def test_an_optional_part_not_handed_in_is_missing_under_its_course_and_named_once(tmp_path):
+    folder = _reference(tmp_path / "sub")
+    with taken(folder, parts=COURSE_PARTS) as got:
+        missing, absent = got.missing, got.absent
+    assert missing == {"kvcache": "not handed in"}, missing
+    assert absent["kvcache"].startswith("kvcache.py: "), absent
+
+
+def test_with_no_course_file_an_optional_parts_files_are_taken_as_before(tmp_path):
+    """No course file: nothing changes. kvcache is no module of the submission: its .py file is a helper file
+    like any other, under its own name (so `kvcache (1).py` stays so), its notebook is no module's, and its
+    absence is nobody's."""
+    folder = _with_kvcache(tmp_path / "sub", "kvcache (1).py")
+    _with_kvcache(folder, KVCACHE_NOTEBOOK)
+    files, notes, missing = _taken(folder)
+    assert files == sorted([*(f"{m}.py" for m in MODULES), "kvcache (1).py"]) and not notes and not missing, (
+        files, notes, missing)
+
+
+def test_the_sandbox_serves_an_optional_parts_module_where_a_course_hands_it_out(tmp_path):
+    folder = _with_kvcache(tmp_path / "sub")
+    (folder / "kvcache.py").write_text("def twice(n):\n    return 2 * n\n")
+    box = Sandbox(folder)  # no course file: kvcache is no module the graders may call
+    box.close()
+    assert "kvcache" not in box.available, box.available
+    box = Sandbox(folder, call_timeout=5.0, parts=COURSE_PARTS)
+    try:
+        value, _ = box.call("kvcache", "twice", 21)
+    finally:
+        box.close()
+    assert value == 42
+
+
+def test_a_fault_met_in_an_optional_parts_code_is_charged_to_it(tmp_path):
+    """The memory limit met in kvcache.py, called from the student's mha.py, ends kvcache's checks (the file of
+    the last frame that is a module of the parts handed out), not mha's."""
+    folder = tmp_path / "sub"
+    folder.mkdir()
+    (folder / "kvcache.py").write_text("import torch\ndef step(n):\n    return torch.empty(1 << 40)\n")
+    (folder / "mha.py").write_text("from kvcache import step\ndef forward(n):\n    return step(n)\n")
+    box = Sandbox(folder, call_timeout=5.0, parts=COURSE_PARTS)
+    try:
+        with pytest.raises(StudentError, match="exceeded the memory limit"):
+            box.call("mha", "forward", 1)
+    finally:
+        box.close()
+    assert list(box.given_up) == ["kvcache"], box.given_up

@@ -141,3 +141,19 @@ def test_a_solution_shared_by_more_than_max_share_is_said_and_shown_with_a_large
     assert default.pairs == [] and sorted(i for i, _ in default.mostly_common) == sorted(default.compared), default
     wider = similarity.compare(folder, max_share=12, top=100)
     assert len(wider.pairs) == 12 * 11 // 2 and all(p.score > 0.99 for p in wider.pairs), len(wider.pairs)
+
+
+def test_an_optional_parts_module_is_compared_where_a_course_hands_it_out(tmp_path):
+    """A course file that lists kvcache hands out its module: two students who share only their kvcache.py (each
+    with the five stubs of the template) are a pair under that course's parts; with no course file (the kit's
+    five parts) their kvcache.py is no module, and no pair is listed."""
+    from autograder import MODULES
+
+    folder = tmp_path / "class"
+    for student in ("ann", "ben"):
+        shutil.copytree(TEMPLATE, folder / student, ignore=shutil.ignore_patterns("*.ipynb", "*.md", "selfcheck.py"))
+        shutil.copyfile(SOLUTIONS / "kvcache.py", folder / student / "kvcache.py")
+    result = similarity.compare(folder, parts=(*MODULES, "kvcache"))
+    assert [({p.a, p.b}, [s.module for s in p.shared]) for p in result.pairs] == [({"ann", "ben"}, ["kvcache"])], (
+        result.pairs)
+    assert similarity.compare(folder).pairs == []

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
-from autograder import MODULES
+from autograder import PARTS
 from autograder.files import SHARED, write_atomic
 from autograder.classrun import gradebook, shards
 from autograder.report.html import STYLE, code_spans, document, esc
@@ -259,7 +259,7 @@ def read_class(out: Path) -> ClassSummary:
             found.modules += [m for m in modules if m not in found.modules]
     for check in checks.values():
         check.outcome = {i: check.outcome.get(i, NOT_GRADED) for i in rows}
-    order = {m: k for k, m in enumerate(MODULES)}
+    order = {m: k for k, m in enumerate(PARTS)}  # teaching order, an optional part handed out included
     for found in diagnoses.values():
         found.modules.sort(key=lambda m: (order.get(m, len(order)), m))
     try:

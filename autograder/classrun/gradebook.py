@@ -14,7 +14,7 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder import MODULES
+from autograder import MODULES, PARTS
 from autograder.files import SHARED, write_atomic
 from autograder.report.model import GradeReport, csv_cell, csv_value, safe_line
 from autograder.scoring import fmt
@@ -34,10 +34,11 @@ def columns(parts=MODULES) -> list[str]:
 
 
 def parts_of(rows) -> tuple:
-    """The parts that the rows were graded on, in the kit's order: those of their figures; the kit's five where no
-    row has figures (COLUMNS as before)."""
+    """The parts that the rows were graded on, in the kit's order (autograder.PARTS): those of their figures, an
+    optional part a course file handed out included; the kit's five where no row has figures (COLUMNS as
+    before)."""
     found = {m for r in rows for m in r.modules}
-    return tuple(m for m in MODULES if m in found) or MODULES
+    return tuple(m for m in PARTS if m in found) or MODULES
 
 
 @dataclass
@@ -65,7 +66,7 @@ class Row:
     def from_csv(cls, rec):
         number = (lambda text: float(text) if text not in ("", None) else None)
         text = (lambda key: csv_value(rec.get(key) or ""))
-        return cls(text("id"), number(rec["total"]), {m: number(rec[m]) for m in MODULES if m in rec}, text("status"),
+        return cls(text("id"), number(rec["total"]), {m: number(rec[m]) for m in PARTS if m in rec}, text("status"),
                    float(rec["grading_time_s"]), text("error"), text("isolation"), rec.get("fingerprint") or "")
 
 

@@ -49,6 +49,7 @@ from autograder.paths import KIT
 from autograder.report.html import STYLE, document, esc
 from autograder.report.model import csv_cell, safe_line
 from autograder.submission import intake
+from autograder.submission.notebooks import handing_out
 
 NOISE = 25  # filtered characters of a fingerprint: shorter shared runs are noise (copydetect's default)
 GUARANTEE = 35  # a shared run this long or longer is always found (window of GUARANTEE - NOISE + 1 hashes)
@@ -79,11 +80,12 @@ def _detector():
 
 
 # -- reading submissions, as grading reads them ---------------------------------------------------------------
-def _modules_of(folder: Path) -> dict[str, str]:
+def _modules_of(folder: Path, parts=MODULES) -> dict[str, str]:
     """{module: its source, at most MAX_CHARS characters} of a folder that intake made (autograder.submission.
-    take.taken): the five modules, each read as intake reads a file (a regular file, never through a link)."""
+    take.taken): the modules of the parts handed out (`parts`: a course file's, or the kit's five), each read as
+    intake reads a file (a regular file, never through a link)."""
     found = {}
-    for module in MODULES:
+    for module in parts:
         try:
             data = intake.read_regular(folder / f"{module}.py", intake.MAX_FILE[".py"], f"{module}.py")
         except intake.Refused:
@@ -92,37 +94,41 @@ def _modules_of(folder: Path) -> dict[str, str]:
     return found
 
 
-def read_submission(path: Path, max_unzipped=None) -> dict[str, str]:
-    """The modules of one class-folder entry, as grading takes them in; SubmissionError when intake refuses it
-    or when the entry is neither a folder nor a regular file (a link is never followed, a FIFO never opened)."""
+def read_submission(path: Path, max_unzipped=None, parts=MODULES) -> dict[str, str]:
+    """The modules of one class-folder entry, as grading takes them in (under a course file, its parts: `parts`);
+    SubmissionError when intake refuses it or when the entry is neither a folder nor a regular file (a link is
+    never followed, a FIFO never opened)."""
     mode = os.lstat(path).st_mode
     if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
         raise SubmissionError(f"{safe_line(Path(path).name)} is {intake.kind_of(mode)}: not read")
-    with taken(path, max_unzipped) as got:
-        return _modules_of(got.folder)
+    with taken(path, max_unzipped, parts) as got:
+        return _modules_of(got.folder, parts)
 
 
-def boilerplate_sources(folders) -> list[str]:
+def boilerplate_sources(folders, parts=MODULES) -> list[str]:
     """The code given to every student, from each folder of `folders` (the student template by default): its .py
     stubs, and each of its notebooks taken in alone, as a submission of that notebook (so that its code is what
-    intake makes of a student's copy of it)."""
+    intake makes of a student's copy of it); `parts`: the parts handed out (a course file's, or the kit's five)."""
     sources = []
     for folder in folders:
         folder = Path(folder)
         try:
-            with taken(folder) as got:
-                sources += _modules_of(got.folder).values()
+            with taken(folder, parts=parts) as got:
+                sources += _modules_of(got.folder, parts).values()
         except SubmissionError:
             pass
-        for entry in sorted(os.listdir(folder)):
-            if entry.lower().endswith(".ipynb") and intake.module_of_file(entry):
-                try:
-                    with taken(folder / entry) as got:
-                        sources += _modules_of(got.folder).values()
-                except (SubmissionError, OSError):
-                    continue
-        for entry in sorted(os.listdir(folder)):  # .py files beside the modules (a given helper)
-            if entry.endswith(".py") and intake.module_of_file(entry) is None and intake.is_regular(folder / entry):
+        with handing_out(parts):  # a file stands for a module of the parts handed out (the name rule)
+            entries = sorted(os.listdir(folder))
+            notebooks = [e for e in entries if e.lower().endswith(".ipynb") and intake.module_of_file(e)]
+            helpers = [e for e in entries if e.endswith(".py") and intake.module_of_file(e) is None]
+        for entry in notebooks:
+            try:
+                with taken(folder / entry, parts=parts) as got:
+                    sources += _modules_of(got.folder, parts).values()
+            except (SubmissionError, OSError):
+                continue
+        for entry in helpers:  # .py files beside the modules (a given helper)
+            if intake.is_regular(folder / entry):
                 try:
                     sources.append(intake.read_regular(folder / entry, intake.MAX_FILE[".py"]).decode("utf-8",
                                                                                                         "replace"))
@@ -252,25 +258,26 @@ def _slices(array) -> list:
 
 def compare(folder: Path, *, boilerplate=(TEMPLATE,), max_share: int = COMMON, top: int = TOP,
             min_similarity: float = MIN_SIMILARITY, candidates: int = CANDIDATES, max_unzipped=None,
-            progress=None) -> Result:
+            progress=None, parts=MODULES) -> Result:
     """Rank the pairs of submissions of the class folder `folder` whose code is most alike (module docstring):
     at most `top` pairs, those whose mean similarity is at least `min_similarity`. `boilerplate`: folders of
     code given to every student; `max_unzipped`: intake's cap, as grade-all's; `progress(done, total)` after
-    each submission read."""
+    each submission read; `parts`: the modules compared, the parts handed out (a course file's, an optional part
+    included; the kit's five by default)."""
     import time
 
     import numpy as np
 
     clock = time.monotonic()
     timings = {}
-    prints = Fingerprints(boilerplate_sources(boilerplate))
+    prints = Fingerprints(boilerplate_sources(boilerplate, parts))
     entries = gradebook.discover(folder)
     ids, left_out = [], {}
     filtered: list[dict] = []  # per submission: {module: its filtered code} (a third of its source, or less)
-    index = {m: [] for m in MODULES}  # module -> [(its distinct hashes, submission number)]
+    index = {m: [] for m in parts}  # module -> [(its distinct hashes, submission number)]
     for done, (sub_id, path) in enumerate(entries, 1):
         try:
-            modules = read_submission(path, max_unzipped)
+            modules = read_submission(path, max_unzipped, parts)
         except (SubmissionError, OSError) as exc:
             left_out[sub_id] = str(exc)
             modules = None
@@ -343,7 +350,7 @@ def compare(folder: Path, *, boilerplate=(TEMPLATE,), max_share: int = COMMON, t
     pairs = []
     for a, b in chosen:
         modules, chars_a, chars_b = [], 0.0, 0.0
-        for module in MODULES:
+        for module in parts:
             if module not in filtered[a] or module not in filtered[b]:
                 continue
             fa, fb = fingerprint(a, module), fingerprint(b, module)
@@ -373,7 +380,7 @@ def compare(folder: Path, *, boilerplate=(TEMPLATE,), max_share: int = COMMON, t
     sources = {}
     for sub_id in sorted(shown):
         try:
-            sources[sub_id] = read_submission(paths[sub_id], max_unzipped)
+            sources[sub_id] = read_submission(paths[sub_id], max_unzipped, parts)
         except (SubmissionError, OSError) as exc:  # changed since: shown without its code
             left_out[sub_id] = f"changed while it was compared: {exc}"
             sources[sub_id] = {}

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder import MODULES, registry
+from autograder import MODULES, PARTS, registry
 from autograder.files import read_signed
 from autograder.grade.spec import GradingSpec
 from autograder.paths import GRADERS
@@ -151,7 +151,8 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
     limits = limits or Limits()
     python = python or sys.executable
     level = choose_isolation(isolation, require_isolation, python=python)
-    with taken(path, max_unzipped) as got, tempfile.TemporaryDirectory(prefix="mha-grade-") as tmp:
+    parts = tuple(course.parts) if course is not None else MODULES  # the parts handed out, and graded
+    with taken(path, max_unzipped, parts) as got, tempfile.TemporaryDirectory(prefix="mha-grade-") as tmp:
         folder = got.folder
         report.notes = list(got.notes.values())
         report.missing = dict(got.absent)
@@ -170,7 +171,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
             # a class run: explicit, as servers may predate it
             batch_dir=str(batch) if batch is not None else None,
             course=course.grading() if course is not None else {})
-        graders = registry.grader_files(course.parts if course is not None else MODULES)
+        graders = registry.grader_files(parts)
         args = [*map(str, graders), "-c", str(GRADERS / "pytest.ini"), "--rootdir", str(GRADERS),
                 "-p", "autograder.grade.plugin", "-q", "--no-header", "--tb=no", "--spec", spec.to_json()]
         if select:
@@ -193,9 +194,9 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
                 test.message = in_notebook_terms(test.message, got.notebooks)
             report.student_output = data.get("student_output", "")
             report.isolation = data.get("isolation") or ""
-            report.timings = _timings(wall_start, data.get("times", {}), report.tests)
+            report.timings = _timings(wall_start, data.get("times", {}), report.tests, parts)
             report.grader_peak_mib = float(data.get("peak_mib") or 0.0)
-            why = nothing_to_grade(report.tests) if report.status == "graded" else ""
+            why = nothing_to_grade(report.tests, parts) if report.status == "graded" else ""
             if why:
                 report.status, report.error = "empty", f"no student work found: {why}"
         elif report.status == "graded":
@@ -212,7 +213,7 @@ def _error_lines(log):
     return (":\n" + "\n".join(lines[-8:])) if lines else " (no error message; run pytest on parts/*/test_*.py to see why)"
 
 
-def _timings(t0, times, tests):
+def _timings(t0, times, tests, parts=MODULES):
     """Where the wall time of one grading went, in seconds (for the benchmark)."""
     out = {}
     if {"configured", "collected", "finished"} <= set(times):
@@ -220,7 +221,7 @@ def _timings(t0, times, tests):
         out["grader imports (torch, reference, graders)"] = times["collected"] - times["configured"]
     if times.get("child_started") and times.get("child_ready"):
         out["student process start (python, torch), in parallel"] = times["child_ready"] - times["child_started"]
-    for module in MODULES:
+    for module in (m for m in PARTS if m in parts):  # the parts graded, in teaching order
         spent = sum(t.duration for t in tests if t.module == module and t.aspect != "speedup")
         out[f"checks: {module}"] = spent
     out["checks: speedup timing"] = sum(t.duration for t in tests if t.aspect == "speedup")

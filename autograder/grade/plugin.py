@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from autograder import MODULES
 from autograder.files import write_signed
 from autograder.grade.spec import GradingSpec
 from autograder.report.model import TestResult
@@ -66,7 +67,7 @@ def pytest_configure(config):
         batchlock.register(os.getpid(), "processes")  # the batch's measurements stop its trusted work too
         sandbox = Sandbox(spec.submission, call_timeout=spec.call_timeout, limits=spec.limits,
                           isolation=spec.isolation, zygote=spec.zygote, python=spec.student_python,
-                          intake=spec.intake())
+                          intake=spec.intake(), parts=tuple(spec.course.get("parts") or MODULES))
         sandbox.start()
         config.stash[_SANDBOX] = sandbox
         if spec.course.get("speed"):  # the course file's thresholds, read by the speed checks as they run

@@ -44,9 +44,9 @@ class Sandbox(StudentProcess):
     """One student process serving the requests of a whole grading run."""
 
     def __init__(self, submission, *, call_timeout=10.0, start_timeout=60.0, python=sys.executable,
-                 limits=Limits(), isolation="auto", zygote=None, intake=None):
+                 limits=Limits(), isolation="auto", zygote=None, intake=None, parts=MODULES):
         super().__init__(submission, start_timeout=start_timeout, python=python, limits=limits,
-                         isolation=isolation, zygote=zygote, intake=intake)
+                         isolation=isolation, zygote=zygote, intake=intake, parts=parts)
         self.call_timeout = call_timeout
         self._handles = itertools.count(1)
         self._objects = {}  # handle -> (generation, module)
@@ -189,7 +189,7 @@ class Sandbox(StudentProcess):
         (a bomb that keeps what it got), the process starts afresh, so that no other module's calls meet that
         memory; one that let it go keeps running (a restart costs a start, and the modules built in it)."""
         files = re.findall(r'File "([^"/]+)\.py", line \d+', err.get("traceback", ""))
-        at_fault = next((f for f in reversed(files) if f in MODULES), module)
+        at_fault = next((f for f in reversed(files) if f in self.parts), module)
         if at_fault not in self.given_up:
             limit = self.limits.describe("memory_bytes")
             self.given_up[at_fault] = (f"{at_fault}.py exceeded the memory limit ({limit} for a student process) "

@@ -74,7 +74,7 @@ class StudentProcess:
     everything it started. Sandbox (client.py) sends it requests."""
 
     def __init__(self, submission, *, start_timeout=60.0, python=sys.executable, limits=Limits(), isolation="auto",
-                 zygote=None, intake=None):
+                 zygote=None, intake=None, parts=MODULES):
         self.submission = Path(submission)
         self.start_timeout = start_timeout
         self.python = python
@@ -86,7 +86,10 @@ class StudentProcess:
         # what the engine's intake left out ({"missing": {module: why}, "source": the original submission})
         self.intake = intake or {}
         self.refused = {}  # file -> why the copy below left it out (a link, a FIFO, too large)
-        self.available = {m for m in MODULES if _intake.is_regular(self.submission / f"{m}.py")}
+        # the parts handed out (autograder.MODULES, or a course file's, an optional part included): the student
+        # modules the graders may call, and the files a fault is charged to
+        self.parts = tuple(parts)
+        self.available = {m for m in self.parts if _intake.is_regular(self.submission / f"{m}.py")}
         self._tmp = Path(tempfile.mkdtemp(prefix="mha-sandbox-"))
         os.chmod(self._tmp, 0o711)  # a student uid of its own may pass through to its copy, never list
         self._work = self._tmp / "work"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from autograder.submission import intake  # intake.MAX_ENTRIES read when used: one cap, wherever it is set
 from autograder.submission.forms import one_form
-from autograder.submission.intake import (EXPECTED, MAX_FILE, OTHER_LINK_HINT, Refused, SubmissionError, hidden,
+from autograder.submission.intake import (MAX_FILE, OTHER_LINK_HINT, Refused, SubmissionError, expected, hidden,
                                           may_be_module, module_of_file, modules_named, read_regular, shown)
 
 #: The most entries a folder may hold to be listed: one that holds more is refused when its files would be graded
@@ -68,7 +68,7 @@ def _holds_modules(entries) -> bool:
 
 def _too_many(where) -> SubmissionError:
     return SubmissionError(f"{where} holds more than {MAX_FOLDER:,} files and folders, more than a submission "
-                           f"ever needs: hand in {EXPECTED}, with their helper files only")
+                           f"ever needs: hand in {expected()}, with their helper files only")
 
 
 def open_path(root_fd, parts) -> int:
@@ -143,11 +143,11 @@ def find_module_dir(root_fd) -> tuple[str, ...]:
     if skipped:
         raise SubmissionError(f"no folder holding your modules was found, and {shown(skipped[0])}"
                               f"{f' (and {len(skipped) - 1} more)' if len(skipped) > 1 else ''} holds more than "
-                              f"{MAX_FOLDER:,} files and folders, too many to look through: hand in {EXPECTED}, "
+                              f"{MAX_FOLDER:,} files and folders, too many to look through: hand in {expected()}, "
                               f"with their helper files only")
     if stopped:
         raise SubmissionError(f"no folder holding your modules was found among the first {MAX_SCAN:,} files and "
-                              f"folders of the submission, where the search stops: hand in {EXPECTED}, with their "
+                              f"folders of the submission, where the search stops: hand in {expected()}, with their "
                               f"helper files only")
     return ()
 

@@ -16,9 +16,9 @@ import io
 import tokenize
 from pathlib import Path
 
-from autograder import MODULES
+from autograder import PARTS
 from autograder.submission.intake import may_be_module, modules_named, shown
-from autograder.submission.notebooks import notebook_name, notebook_source
+from autograder.submission.notebooks import handed_out, notebook_name, notebook_source
 
 
 def code_digest(source) -> str | None:
@@ -143,12 +143,12 @@ def one_form(files: dict, prefix="") -> tuple[dict, dict]:
             del kept[name]
             shown_name = shown(prefix + name)
             notes[shown_name] = (f"{shown_name}: not graded: its name holds the names of {len(found)} modules "
-                                 f"({_listed(sorted(found, key=MODULES.index))}), and a file stands for one module: "
+                                 f"({_listed(sorted(found, key=PARTS.index))}), and a file stands for one module: "
                                  f"hand in each module in a file of its own, named after it "
-                                 f"({_listed(notebook_name(m) for m in sorted(found, key=MODULES.index))})")
+                                 f"({_listed(notebook_name(m) for m in sorted(found, key=PARTS.index))})")
         elif found:
             by_module.setdefault(found[0], []).append(name)
-    for module in MODULES:
+    for module in handed_out():  # the parts handed out (autograder.MODULES with no course file)
         released = (f"{module}.py", notebook_name(module))
         names = sorted(by_module.get(module, ()), key=lambda n: (not n.lower().endswith(".py"), n not in released, n))
         if len(names) < 2:
@@ -198,8 +198,8 @@ def one_form(files: dict, prefix="") -> tuple[dict, dict]:
             (name, keep, why), = pairs
             notes[name] = f"{name}: not graded: {keep} was graded instead ({why})"
         else:
-            names, keeps = [n for n, _, _ in pairs], [k for _, k, _ in pairs]
-            notes[names[0]] = (f"{_listed(names, len(MODULES))}: not graded: {_listed(keeps, len(MODULES))} were "
+            names, keeps, cap = [n for n, _, _ in pairs], [k for _, k, _ in pairs], len(handed_out())
+            notes[names[0]] = (f"{_listed(names, cap)}: not graded: {_listed(keeps, cap)} were "
                                f"graded instead ({_LEFT_OUT_MANY.get(kind, pairs[0][2])})")
     return kept, notes
 

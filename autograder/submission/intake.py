@@ -61,17 +61,27 @@ import os
 import stat
 from pathlib import Path
 
-from autograder import MODULES
-from autograder.submission.notebooks import modules_named as stem_modules
+from autograder import MODULES, PARTS
+from autograder.submission.notebooks import handed_out, modules_named as stem_modules
 
 #: The largest file taken, by suffix: a module, a notebook (its embedded plots included).
 MAX_FILE = {".py": 8 << 20, ".ipynb": 32 << 20}
 #: The most a zip may unpack to, and the most entries it may hold (a million tiny files is refused unread).
 MAX_UNZIPPED = 50 << 20
 MAX_ENTRIES = 1000
-#: What a submission is, as a message says it.
-EXPECTED = (f"your modules ({', '.join(f'{m}.py' for m in MODULES)}, or the notebooks 01_{MODULES[0]}.ipynb ... "
-            f"{len(MODULES):02d}_{MODULES[-1]}.ipynb)")
+
+
+def expected(modules=None) -> str:
+    """What a submission is, as a message says it: its modules and their notebooks, of the parts handed out
+    (`modules`, default autograder.submission.notebooks.handed_out: autograder.MODULES with no course file)."""
+    modules = handed_out() if modules is None else modules
+    return (f"your modules ({', '.join(f'{m}.py' for m in modules)}, or the notebooks "
+            f"{PARTS.index(modules[0]) + 1:02d}_{modules[0]}.ipynb ... "
+            f"{PARTS.index(modules[-1]) + 1:02d}_{modules[-1]}.ipynb)")
+
+
+#: What a submission is, as a message says it, with no course file (`expected`).
+EXPECTED = expected(MODULES)
 #: What a link's note adds: a link is never followed, wherever it points (into the submission or not).
 LINK_HINT = " (submit the file itself, not a link to it)"
 #: The same for a link whose name is no module's: it may stand for a folder (never entered) as well as a file.
@@ -126,9 +136,9 @@ def hidden(name) -> bool:
 def may_be_module(name) -> bool:
     """A cheap first look at a file name (no Path made, for the thousands of names a search may meet): could
     `name` be a module's .py file or notebook (`modules_named`)? It must end with .py or .ipynb and hold a
-    module's name."""
+    module's name (of the parts handed out, autograder.submission.notebooks.handed_out)."""
     low = name.lower()
-    return low.endswith((".py", ".ipynb")) and any(module in low for module in MODULES)
+    return low.endswith((".py", ".ipynb")) and any(module in low for module in handed_out())
 
 
 def kind_of(mode) -> str:

@@ -23,9 +23,11 @@ from __future__ import annotations
 import ast
 import bisect
 import builtins
+import contextvars
 import json
 import re
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from autograder import MODULES, PARTS
@@ -38,6 +40,29 @@ MAX_NAME = 255
 _KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 # Packages that only draw or display: their imports are left out with the plots that use them.
 DISPLAY_ONLY = ("matplotlib", "seaborn", "IPython", "plotly", "ipywidgets")
+
+
+#: The parts handed out, as the intake takes a submission in (`handed_out`): autograder.MODULES with no course
+#: file, the course file's parts (any of autograder.PARTS, an optional one too) under one (`handing_out`).
+_HANDED_OUT = contextvars.ContextVar("handed_out", default=MODULES)
+
+
+def handed_out() -> tuple[str, ...]:
+    """The parts handed out, in teaching order: the modules the name rule (`modules_named`) knows, the intake
+    takes and a submission is graded on. autograder.MODULES unless a course file's parts are handed out
+    (`handing_out`, which autograder.submission.take.taken sets for the intake of a submission under a course)."""
+    return _HANDED_OUT.get()
+
+
+@contextmanager
+def handing_out(parts=None):
+    """Within it, the parts `parts` (a course file's: any of autograder.PARTS, in any order) are those handed
+    out (`handed_out`), in teaching order; None: autograder.MODULES, as with no course file."""
+    token = _HANDED_OUT.set(MODULES if parts is None else tuple(p for p in PARTS if p in parts))
+    try:
+        yield
+    finally:
+        _HANDED_OUT.reset(token)
 
 
 def load_nbformat():
@@ -105,14 +130,15 @@ def modules_named(stem) -> tuple[str, ...]:
             del words[-2:]
         else:
             break
-    if len(words) == 1 and words[0] in MODULES:  # 3: the module's name alone
+    modules = handed_out()
+    if len(words) == 1 and words[0] in modules:  # 3: the module's name alone
         module = words[0]
-    elif (len(words) > 1 and words[-1] in MODULES and _number(words[-2])
-          and words[-2].lstrip("0") == str(MODULES.index(words[-1]) + 1)):
+    elif (len(words) > 1 and words[-1] in modules and _number(words[-2])
+          and words[-2].lstrip("0") == str(PARTS.index(words[-1]) + 1)):
         module = words[-1]
     else:
         return ()
-    others = tuple(m for m in MODULES if m != module and m in words)  # 4
+    others = tuple(m for m in modules if m != module and m in words)  # 4
     return (module, *others)
 
 
@@ -379,7 +405,7 @@ def place(notebook: str, cell: int, line: int) -> str:
 
 
 #: A line of a module named in a message: `File "mha.py", line 154` (a traceback's) or `mha.py, line 154`.
-_MODULE_LINE = re.compile(r'(?P<quote>"?)\b(?P<module>' + "|".join(MODULES)
+_MODULE_LINE = re.compile(r'(?P<quote>"?)\b(?P<module>' + "|".join(PARTS)
                           + r')\.py(?P=quote), line (?P<line>[0-9]{1,9})(?![0-9])')
 
 

@@ -11,12 +11,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import MODULES
+from autograder import PARTS
 from autograder.scoring import NOT_HANDED_IN
 from autograder.submission import folder as folders, intake, zips
 from autograder.submission.intake import SubmissionError
-from autograder.submission.notebooks import (CellLines, module_of_notebook, not_handed_in, notebook_name,
-                                             notebook_source)
+from autograder.submission.notebooks import (CellLines, handed_out, handing_out, module_of_notebook, not_handed_in,
+                                             notebook_name, notebook_source)
 
 
 @dataclass
@@ -57,7 +57,7 @@ def _by_id(text: str, path) -> str:
 
 
 @contextmanager
-def taken(path, max_unzipped=None):
+def taken(path, max_unzipped=None, parts=None):
     """Yield an Intake of the submission at `path`: a folder, a zip of one, or a single notebook.
 
     The folder is always a fresh private copy, made by autograder.submission.intake:
@@ -69,7 +69,10 @@ def taken(path, max_unzipped=None):
     read at all (no such path, not a zip, a zip bomb, too many entries); its message names the submission by
     its id (`submission_id`), never by a path of this machine.
     `max_unzipped`: the most bytes a submission may unpack to (default
-    autograder.submission.intake.MAX_UNZIPPED).
+    autograder.submission.intake.MAX_UNZIPPED). `parts`: the parts handed out (a course file's, an optional
+    part included), whose files are taken as modules (the name rule, autograder.submission.notebooks.handing_out)
+    and whose absence is noted; None: autograder.MODULES, as with no course file (any other part's file is then
+    taken as a helper file, under its own name).
     """
     path = Path(path)
     if not path.exists():
@@ -77,12 +80,14 @@ def taken(path, max_unzipped=None):
     with tempfile.TemporaryDirectory(prefix="mha-intake-") as tmp:
         folder = Path(tmp) / "submission"
         folder.mkdir()
-        try:
-            files, notes = _take(path, Path(tmp), intake.MAX_UNZIPPED if max_unzipped is None else max_unzipped)
-        except SubmissionError as exc:
-            raise SubmissionError(_by_id(str(exc), path)) from None
-        notebooks, absent = {}, {}
-        yield Intake(folder, notes, _write_modules(files, folder, notes, notebooks, absent), notebooks, absent)
+        with handing_out(parts):
+            try:
+                files, notes = _take(path, Path(tmp), intake.MAX_UNZIPPED if max_unzipped is None else max_unzipped)
+            except SubmissionError as exc:
+                raise SubmissionError(_by_id(str(exc), path)) from None
+            notebooks, absent = {}, {}
+            missing = _write_modules(files, folder, notes, notebooks, absent)
+        yield Intake(folder, notes, missing, notebooks, absent)
 
 
 def _take(path, tmp, max_unzipped):
@@ -110,7 +115,7 @@ def _unnamed(name) -> str:
     """Why a single notebook handed in stands for no module (its name), and how to name it."""
     shown, several = intake.shown(name), intake.modules_named(name)
     if len(several) > 1:
-        several = sorted(several, key=MODULES.index)
+        several = sorted(several, key=PARTS.index)
         return (f"{shown}: its name holds the names of {len(several)} modules ({', '.join(several)}): a notebook "
                 f"holds one module and is named after it ({', '.join(map(notebook_name, several))})")
     return (f"{shown}: a notebook is named after its module, e.g. 01_attention.ipynb, or ends with that name "
@@ -144,7 +149,7 @@ def _write_modules(files, folder, notes, notebooks, absent):
         notebooks[module] = (name.rsplit("/", 1)[-1], CellLines(source))
     missing = {}
     notebooks = any(name.lower().endswith(".ipynb") for name in [*files, *notes])
-    for module in MODULES:
+    for module in handed_out():
         if not (folder / f"{module}.py").exists():
             why = [note for name, note in notes.items() if module in intake.modules_named(name.rsplit("/", 1)[-1])]
             if why:
@@ -156,7 +161,7 @@ def _write_modules(files, folder, notes, notebooks, absent):
 
 
 @contextmanager
-def prepared(path, max_unzipped=None):
+def prepared(path, max_unzipped=None, parts=None):
     """Yield a private folder of the submission's .py modules, for a folder, a zip or a notebook (`taken`)."""
-    with taken(path, max_unzipped) as got:
+    with taken(path, max_unzipped, parts) as got:
         yield got.folder

@@ -58,6 +58,8 @@ __all__ = [
     "ZIP_FOLDER",
     "ZipEntry",
     "all_cases",
+    "case_parts",
+    "course_of",
     "load_attacks",
     "load_corpus",
     "materialize",
@@ -371,6 +373,40 @@ def load_corpus(path: Path | str | None = None) -> dict[str, list[Case]]:
     return corpus
 
 
+def case_parts(case: Case | AttackCase) -> tuple[str, ...]:
+    """The parts whose solution a case's submission holds (what `materialize` copies), in teaching order: the
+    parts handed out with no course file (MODULE_FILES), and for a case of an optional part (kvcache) that part
+    too, with the parts it needs (its part.toml's `needs`, autograder/registry.py)."""
+    module = getattr(case, "module", None)
+    if module is None or module in MODULES:
+        return MODULES
+    from autograder import registry
+
+    wanted, todo = {*MODULES, module}, [module]
+    while todo:
+        for need in registry.part(todo.pop()).needs:
+            if need not in wanted:
+                wanted.add(need)
+                todo.append(need)
+    return tuple(part for part in PARTS if part in wanted)
+
+
+def course_of(case: Case | AttackCase):
+    """The course file a case is graded under (autograder.course.Course): None, the kit as it is, for a case of
+    a part handed out by default; for a case of an optional part, one that hands out the parts its submission
+    holds (`case_parts`: the five and that part), each at its worth in the kit (the sum of its graders' points),
+    so that every figure of the five is as with no course file."""
+    parts = case_parts(case)
+    if parts == MODULES:
+        return None
+    from autograder.course import parse
+    from autograder.release import grader_points
+
+    worths = grader_points(names=parts)
+    text = "[parts]\n" + "".join(f"{part} = {worths[part].points:g}\n" for part in parts)
+    return parse(text.encode(), f"{case.module}.toml")
+
+
 def all_cases(path: Path | str | None = None) -> list[Case]:
     """Every case, bugs first, in file order."""
     corpus = load_corpus(path)
@@ -391,10 +427,11 @@ def apply_patch(text: str, patch: Patch, *, case_id: str = "?") -> str:
 
 def materialize(case: Case | AttackCase, dest: Path | str, solutions_dir: Path | str, *,
                 template_dir: Path | str | None = None, params: dict | None = None) -> Path:
-    """Write `case` as a submission folder: the five solution modules, patched.
+    """Write `case` as a submission folder: the solution modules of the parts it needs, patched.
 
     Copies attention.py, heads.py, masks.py, mha.py and positional.py from
-    `solutions_dir` into `dest` (created if needed), applies the case's patches
+    `solutions_dir` into `dest` (created if needed), and for a case of an
+    optional part its module too (`case_parts`), applies the case's patches
     in order and returns `dest`. Raises PatchError when a `find` string does not
     occur exactly once, or when a patched module is no longer valid Python.
 
@@ -412,7 +449,7 @@ def materialize(case: Case | AttackCase, dest: Path | str, solutions_dir: Path |
     dest = Path(dest)
     solutions_dir = Path(solutions_dir)
     dest.mkdir(parents=True, exist_ok=True)
-    for name in MODULE_FILES:
+    for name in (f"{part}.py" for part in case_parts(case)):
         src = solutions_dir / name
         if not src.is_file():
             raise FileNotFoundError(f"reference module missing: {src}")
