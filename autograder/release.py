@@ -291,7 +291,28 @@ def selfcheck_text(points: dict[str, Points] | None = None) -> str:
             "  # written by the kit's release step")
     if len(_POINTS_LINE.findall(text)) != 1:
         raise ValueError(f"{SELF_CHECK.name}: expected one line starting with 'POINTS = '")
-    return _POINTS_LINE.sub(lambda _: line, text)
+    text = _POINTS_LINE.sub(lambda _: line, text)
+    # A part whose public checks are written in its own folder (parts/<name>/checks.py, in selfcheck.py's terms:
+    # `check`, `near`, `shape`, `holds`) has them shipped here when it is handed out, after the kit's own, so that
+    # the self-check runs them in the order of the parts.
+    own = [(m, PARTS_DIR / m / "checks.py") for m in points if (PARTS_DIR / m / "checks.py").is_file()]
+    if own:
+        main = "\n\ndef main(argv):\n"
+        if text.count(main) != 1:
+            raise ValueError(f"{SELF_CHECK.name}: expected one 'def main(argv):' to put the parts' checks before")
+        blocks = "".join(f"\n\n# --- the public checks of {m}, from parts/{m}/checks.py (the release step) ---\n"
+                         + _without_docstring(path.read_text(encoding="utf-8")) for m, path in own)
+        text = text.replace(main, blocks.rstrip("\n") + "\n" + main)
+    return text
+
+
+def _without_docstring(source: str) -> str:
+    """A module's source less its docstring (the part's own notes, not the student's)."""
+    body = ast.parse(source).body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        return "\n".join(source.splitlines()[body[0].end_lineno:]).lstrip("\n")
+    return source
 
 
 def _doc_block(name):

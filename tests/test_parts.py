@@ -101,8 +101,10 @@ def missing_pieces(name: str, parts_root: Path = registry.PARTS_DIR, kit: Path =
     if not (folder / "diagnose.py").is_file():
         missing.append(f"its diagnoses, parts/{name}/diagnose.py (the known mistakes, computed from the reference)")
 
-    if f'@check("{name}",' not in (kit / "autograder" / "selfcheck.py").read_text(encoding="utf-8"):
-        missing.append(f'public checks in autograder/selfcheck.py (@check("{name}", ...))')
+    own_checks = folder / "checks.py"
+    if f'@check("{name}",' not in (kit / "autograder" / "selfcheck.py").read_text(encoding="utf-8") and not (
+            own_checks.is_file() and f'@check("{name}",' in own_checks.read_text(encoding="utf-8")):
+        missing.append(f'public checks in parts/{name}/checks.py or autograder/selfcheck.py (@check("{name}", ...))')
     corpus = folder / "corpus.toml"
     if name not in _planted_bugs(corpus.read_text(encoding="utf-8") if corpus.is_file() else ""):
         missing.append(f'a corpus case: a planted bug in {name}.py in parts/{name}/corpus.toml ([[bug]] with '
@@ -151,7 +153,7 @@ def test_the_checklist_names_what_a_scratch_part_lacks(tmp_path):
         "graders that name causes: parts/rotary/test_rotary.py imports its diagnoses (from parts.rotary import "
         "diagnose) and uses them (checks.with_hint(..., diagnose....))",
         "its diagnoses, parts/rotary/diagnose.py (the known mistakes, computed from the reference)",
-        'public checks in autograder/selfcheck.py (@check("rotary", ...))',
+        'public checks in parts/rotary/checks.py or autograder/selfcheck.py (@check("rotary", ...))',
         'a corpus case: a planted bug in rotary.py in parts/rotary/corpus.toml ([[bug]] with module = "rotary"; the '
         'format: tests/corpus/submissions.toml)',
         "examples/buggy-student/rotary.py (a part handed out by default is in every example)",
@@ -186,3 +188,15 @@ def test_a_part_toml_the_kit_cannot_read_is_refused_naming_the_part_and_key(tmp_
         registry.read("rotary", tmp_path)
     with pytest.raises(registry.PartError, match="'rotary' is not a part of the kit"):
         registry.part("rotary")
+
+
+def test_a_parts_own_public_checks_are_shipped_in_the_selfcheck_only_when_it_is_handed_out():
+    """parts/<name>/checks.py is written once: the release puts it into the students' selfcheck.py when the part
+    is handed out (kvcache under a course file that lists it), and leaves the self-check as it was otherwise."""
+    default = release.selfcheck_text()
+    with_kvcache = release.selfcheck_text({**release.grader_points(), **release.grader_points(names=["kvcache"])})
+    assert '@check("kvcache"' not in default, "expected no kvcache check in the default self-check"
+    own = (registry.PARTS_DIR / "kvcache" / "checks.py").read_text(encoding="utf-8").count('@check("kvcache"')
+    assert with_kvcache.count('@check("kvcache"') == own > 0, (
+        f"expected the {own} checks of parts/kvcache/checks.py in the self-check when kvcache is handed out")
+    compile(with_kvcache, "selfcheck.py", "exec")
