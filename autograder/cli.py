@@ -62,9 +62,10 @@ def sandbox_options(command):
     """The limits of the student process and its isolation, shared by `grade` and `grade-all`."""
     options = [
         click.option("--memory-limit", type=Size(), default="4GiB", show_default=True,
-                     help="Memory of the student process: its address space, or on a GPU machine (where CUDA "
-                          "reserves far more address space as it starts) its private writable memory; a memory "
-                          "bomb fails there."),
+                     help="Memory that student code gets above what Python and torch hold (either build, GPU or "
+                          "not): its private memory and its address space, each bounded at what the student "
+                          "process holds once torch has loaded plus this; a memory bomb fails there. At least "
+                          "64MiB."),
         click.option("--cpu-limit", type=click.FloatRange(1), default=60, show_default=True,
                      help="CPU seconds of the student process over a whole grading."),
         click.option("--max-processes", type=click.IntRange(1), default=64, show_default=True,

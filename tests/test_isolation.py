@@ -227,38 +227,29 @@ def test_cpu_time_limit_ends_a_busy_process(tmp_path):
     assert "used up its CPU time (2 s" in message, message  # the limit, not the 300 s call timeout, ended it
 
 
-def _torch_address_space() -> int:
-    """The address space (VmSize, bytes) of a fresh interpreter once it has imported torch: 0.6 GiB with torch's
-    CPU build, 3.1 GiB with the CUDA build (its libraries are mapped even where no GPU is), which a memory limit
-    that bounds the address space must leave room for, before any student code."""
-    code = "import torch\nprint(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmSize:')))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
-    return int(out.stdout.split()[-1]) << 10
-
-
 def test_memory_limit_names_itself(tmp_path):
-    # 2 GiB above what importing torch maps, to the whole GiB: 3 GiB with the CPU build, 6 GiB with the CUDA build
-    limit = -(-(_torch_address_space() + (2 << 30)) // (1 << 30)) << 30
-    message, _ = _limited(tmp_path, "    return torch.empty(1 << 34)\n", memory_bytes=limit)  # 64 GiB, over either
-    stated = Limits(memory_bytes=limit).describe("memory_bytes")
-    assert "exceeded the memory limit" in message and stated in message, (stated, message)
+    # 2 GiB above what Python and torch hold: under the 3.1 GiB that the CUDA build of torch maps as it is imported
+    message, _ = _limited(tmp_path, "    return torch.empty(1 << 34)\n", memory_bytes=2 << 30)  # 64 GiB, over it
+    assert "exceeded the memory limit: a student process may use 2 GiB" in message, message
 
 
-GPU_MACHINE = """import importlib.util, mmap, resource, sys
+MEMORY_LIMITS = """import importlib.util, mmap, resource, sys
 spec = importlib.util.spec_from_file_location("student_process", sys.argv[1])
 student_process = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(student_process)
-student_process._GPU_NODES = ["nvidia0", "nvidiactl", "nvidia-uvm"]  # a GPU machine, pretended
 student_process._apply_limits({"memory_bytes": 2 << 30})
 torch = student_process.torch
-seen = {"AS": resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY,
-        "DATA": resource.getrlimit(resource.RLIMIT_DATA)[0]}
+seen = {name: "unbounded" if resource.getrlimit(which)[0] == resource.RLIM_INFINITY else "bounded"
+        for name, which in (("AS", resource.RLIMIT_AS), ("DATA", resource.RLIMIT_DATA))}
 # what CUDA does when it starts: reserve far more address space than the limit, with no access
 reserved = mmap.mmap(-1, 64 << 30, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x4000, prot=0)  # NORESERVE
 seen["reserved GiB"] = len(reserved) >> 30
-student_process._bound_address_space({"memory_bytes": 2 << 30})  # then, before any student code
-above = resource.getrlimit(resource.RLIMIT_AS)[0] - student_process._vm_size()
-seen["AS above VmSize GiB"] = round(above / (1 << 30), 1)  # to 0.1 GiB: an arena mapped since moves it a little
+student_process._bound_memory({"memory_bytes": 2 << 30})  # then, before any student code
+for name, which, field in (("AS", resource.RLIMIT_AS, "VmSize"), ("DATA", resource.RLIMIT_DATA, "VmData")):
+    soft, hard = resource.getrlimit(which)
+    # to 0.1 GiB: an arena mapped since moves it a little
+    seen[f"{name} above {field} GiB"] = round((soft - student_process._vm_size(field)) / (1 << 30), 1)
+    seen[f"{name} hard"] = "= soft" if hard == soft else hard
 try:
     bomb = torch.ones(1 << 30)  # (2**30,) float32: 4 GiB of private memory, over the 2 GiB limit
     seen["bomb"] = "allocated"
@@ -274,21 +265,77 @@ print(seen)
 """
 
 
-def test_on_a_gpu_machine_the_memory_limit_bounds_private_memory_not_address_space(tmp_path):
-    """CUDA reserves more address space than any memory limit when it starts: on an H200, a 4 GiB address-space
-    limit made cudaGetDeviceCount fail with "out of memory", and the reference lost its 5 CUDA points. Where the
-    machine has GPU nodes, the student process bounds its private writable memory (RLIMIT_DATA) instead: a
-    reservation with no access passes, a memory bomb still fails; once CUDA has started, the address space too,
-    at what the process holds plus the limit: a bomb of shared memory fails. The GPU nodes are pretended here."""
+def test_the_memory_limit_is_set_once_torch_has_loaded_at_what_the_process_holds_plus_the_limit(tmp_path):
+    """The memory limit is what student code gets above what Python and torch hold, whichever build of torch, on any
+    machine. Nothing bounds the process as it loads (torch, and CUDA on a GPU machine, which reserves far more
+    address space than any limit as it starts: on an H200 a 4 GiB address-space limit made cudaGetDeviceCount fail
+    with "out of memory"). Then, before any student code, private writable memory (RLIMIT_DATA) and the address
+    space (RLIMIT_AS) both, at what the process holds plus the limit, hard limits too: a memory bomb fails, and so
+    does one of shared memory (which RLIMIT_DATA does not count)."""
     from autograder.sandbox.isolation import CHILD
 
-    script = tmp_path / "gpu_machine.py"
-    script.write_text(GPU_MACHINE)
+    script = tmp_path / "memory_limits.py"
+    script.write_text(MEMORY_LIMITS)
     out = subprocess.run([sys.executable, str(script), str(CHILD)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     seen = eval(out.stdout.strip().splitlines()[-1])  # a dict printed by the script above
-    assert seen == {"AS": True, "DATA": 2 << 30, "reserved GiB": 64, "AS above VmSize GiB": 2.0,
-                    "bomb": "RuntimeError", "shared bomb": "OSError"}, seen
+    assert seen == {"AS": "unbounded", "DATA": "unbounded", "reserved GiB": 64, "AS above VmSize GiB": 2.0,
+                    "AS hard": "= soft", "DATA above VmData GiB": 2.0, "DATA hard": "= soft", "bomb": "RuntimeError",
+                    "shared bomb": "OSError"}, seen
+
+
+MEMORY_EDGE = """import mmap, resource, torch
+MiB = 1 << 20
+
+
+def private(mib):  # written, page by page
+    return torch.ones(mib * MiB // 4).sum()
+
+
+def shared(mib):  # the address space counts it when it is mapped
+    mapping = mmap.mmap(-1, mib * MiB)
+    mapping.close()
+    return torch.ones(1).sum()
+
+
+def raise_limits():  # what student code gets back when it tries to lift the limits that bound it
+    answers = []
+    for which in (resource.RLIMIT_AS, resource.RLIMIT_DATA):
+        soft, hard = resource.getrlimit(which)
+        for wanted in ((hard + MiB, hard + MiB), (resource.RLIM_INFINITY, resource.RLIM_INFINITY)):
+            try:
+                resource.setrlimit(which, wanted)
+                answers.append(1)
+            except (ValueError, OSError):
+                answers.append(0)
+    return torch.tensor(answers)
+"""
+
+
+@pytest.mark.parametrize("level", ["namespaces", "landlock", "none"])
+def test_student_code_gets_the_whole_memory_limit_above_python_and_torch_and_no_more(tmp_path, level,
+                                                                                      student_python):
+    """At every level, with either build of torch: 64 MiB under the limit, of written private memory or of shared
+    memory, fits beside what Python and torch hold (the CUDA build maps 3.1 GiB of libraries, the CPU build 0.6
+    GiB); 64 MiB over it fails with the memory limit's message; and student code cannot raise the limits."""
+    if (why := probe(level, python=student_python)) is not None:
+        pytest.skip(f"no {level} level here: {why}")
+    limit = 1 << 30
+    (tmp_path / "masks.py").write_text(MEMORY_EDGE)
+    (tmp_path / "heads.py").write_text(MEMORY_EDGE)
+    with Sandbox(tmp_path, call_timeout=300.0, limits=Limits(memory_bytes=limit), isolation=level,
+                 python=student_python) as sb:
+        fits = {kind: sb.call("masks", kind, (limit >> 20) - 64)[0].item() for kind in ("private", "shared")}
+        raised, _ = sb.call("masks", "raise_limits")
+        over = {}
+        for module, kind in (("masks", "private"), ("heads", "shared")):  # a module meets the limit once
+            with pytest.raises(StudentError) as err:
+                sb.call(module, kind, (limit >> 20) + 64)
+            over[kind] = str(err.value)
+    assert fits == {"private": (limit >> 20) - 64 << 18, "shared": 1}, fits
+    assert raised.tolist() == [0, 0, 0, 0], f"expected no limit raised (AS, DATA), got {raised.tolist()}"
+    for kind, message in over.items():
+        assert "exceeded the memory limit: a student process may use 1 GiB" in message, (kind, message)
 
 
 LANDLOCKED = """import importlib.util, json, os, sys, threading
@@ -327,15 +374,18 @@ def test_under_landlock_a_gpu_machine_lets_the_student_process_name_its_own_thre
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {"own comm": own_comm, "pid 1 comm": "PermissionError"}
 
 
-def test_a_memory_limit_too_small_for_torch_says_so(tmp_path):
-    """100 MiB: enough for Python when the limits are set, not for torch's libraries (the import fails with
-    "failed to map segment", not a MemoryError): the grader's failure, and the message names the limit."""
+def test_a_memory_limit_too_small_for_grading_says_so(tmp_path):
+    """The memory limit is what student code gets above Python and torch; grading itself takes some of it (the
+    requests' inputs and answers): under 64 MiB (rlimits.MIN_MEMORY) it is the grader's failure, and the message
+    names the limit; at 64 MiB the reference still scores 100."""
     from autograder.sandbox.errors import GraderUnavailable
 
     with pytest.raises(GraderUnavailable) as failed:
-        grade(SOLUTIONS, limits=Limits(memory_bytes=100 << 20))
-    assert "importing torch failed" in str(failed.value), str(failed.value)
-    assert "the memory limit, 100 MiB, is too small for Python and torch" in str(failed.value), str(failed.value)
+        grade(SOLUTIONS, limits=Limits(memory_bytes=63 << 20))
+    assert "the memory limit (63 MiB) is too small: grading needs at least 64 MiB above what Python and torch hold" \
+        in str(failed.value), str(failed.value)
+    report = grade(SOLUTIONS, limits=Limits(memory_bytes=64 << 20))
+    assert report.score == 100, report.to_text()
 
 
 def test_process_limit_stops_a_fork_bomb(tmp_path):

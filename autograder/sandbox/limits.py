@@ -23,7 +23,7 @@ class Limits:
     """Resource limits of each student process (None: no limit). Hitting one ends only student code."""
 
     cpu_seconds: float | None = 60  # CPU time of the whole process (all checks of one grading)
-    memory_bytes: int | None = 4 << 30  # address space: a memory bomb fails, not the machine
+    memory_bytes: int | None = 4 << 30  # above what Python and torch hold (rlimits.py): a memory bomb fails
     processes: int | None = 64  # processes and threads: a fork bomb stops here
     output_bytes: int | None = 1 << 20  # what student code may print or write to files
 

@@ -2,11 +2,13 @@
 only). Hitting one ends only student code.
 
 What the limits are is decided on the trusted side (limits.py: Limits); this file sets them from inside the
-student process, each at its moment: most once it is confined (`apply`), the address space on a GPU machine once
-CUDA has started (`bound_address_space`), the process limit just before the handshake (`apply_process_limit`).
+student process, each at its moment: most once it is confined (`apply`), the memory limit for good once torch has
+loaded and CUDA has started (`bound_memory`: the limit is what student code gets above that), the process limit just
+before the handshake (`apply_process_limit`).
 
 Loaded by path by the student process, which gives it its own instance of libc.py (`libc` below).
 """
+import ctypes
 import os
 import resource
 import signal
@@ -15,6 +17,9 @@ import signal
 libc = None
 
 OPEN_FILES = 256  # open file descriptors of a student process (torch needs a few dozen)
+#: The least memory limit: what grading itself takes above Python and torch (the requests' inputs and answers, the
+#: modules built, the request server's thread) fits in it; the reference scores 100 under it
+MIN_MEMORY = 64 << 20
 
 
 def tasks_of(uid):
@@ -42,28 +47,24 @@ def vm_size(field="VmSize"):
         return 0
 
 
-def apply(limits, gpu_nodes):
-    """Resource limits of this process and everything it starts; hitting one ends only student code. `gpu_nodes`:
-    the machine's GPU device nodes (devices.gpu_nodes).
+def apply(limits):
+    """Resource limits of this process and everything it starts; hitting one ends only student code. Set once this
+    process is confined, before torch is imported in a cold process (after, in a zygote's fork).
 
-    The process limit is set later, just before the handshake (`apply_process_limit`).
+    The memory limit is what student code gets above what Python and torch hold, whichever build of torch, on any
+    machine: `bound_memory` sets it once they have loaded, and nothing bounds what still loads before (no student
+    code runs then; under RLIMIT_DATA alone, a limit too small for numpy's OpenBLAS made its start retry a failed
+    32 MiB allocation forever). The process limit is set later, just before the handshake (`apply_process_limit`).
     """
     libc.step("setrlimit")
+    one_malloc_arena()
     memory = limits.get("memory_bytes")
-    # The memory limit bounds the address space (RLIMIT_AS): every mapping counts, private or shared. On a GPU
-    # machine it cannot, not yet: CUDA reserves address space as it starts (17 GiB on an H200, where a 4 GiB
-    # RLIMIT_AS failed cudaGetDeviceCount with "out of memory"), so there it bounds the private writable memory
-    # (RLIMIT_DATA: what tensors, arrays and Python objects take; a reservation with no access does not count),
-    # and the address space once CUDA has started (bound_address_space).
-    rule, field = ((resource.RLIMIT_DATA, "VmData") if gpu_nodes else (resource.RLIMIT_AS, "VmSize"))
-    if memory is not None and memory < vm_size(field) + (64 << 20):  # Python (and torch, in a zygote), room
+    if memory is not None and memory < MIN_MEMORY:
         raise libc.SetupFailed(
-            f"the memory limit ({memory / (1 << 20):g} MiB) is too small: this process already uses "
-            f"{vm_size(field) / (1 << 20):.0f} MiB of {'private memory' if field == 'VmData' else 'address space'} "
-            f"before any student code")
+            f"the memory limit ({memory / (1 << 20):g} MiB) is too small: grading needs at least "
+            f"{MIN_MEMORY >> 20} MiB above what Python and torch hold")
     pairs = {
         resource.RLIMIT_CPU: limits.get("cpu_seconds"),
-        rule: memory,
         resource.RLIMIT_FSIZE: limits.get("output_bytes"),
         resource.RLIMIT_CORE: 0,
         resource.RLIMIT_NOFILE: min(OPEN_FILES, resource.getrlimit(resource.RLIMIT_NOFILE)[1]),
@@ -71,20 +72,48 @@ def apply(limits, gpu_nodes):
     for which, value in pairs.items():
         if value is not None:
             resource.setrlimit(which, (int(value), int(value) + (5 if which == resource.RLIMIT_CPU else 0)))
+    if memory is not None and not vm_size():  # no /proc to read what this process holds in (macOS): the whole
+        _lower(resource.RLIMIT_AS, int(memory))  # address space, as the kit always bounded it there
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # too much output: the write fails with EFBIG instead
 
 
-def bound_address_space(limits, gpu_nodes):
-    """On a GPU machine, once CUDA has started (or failed to), before any student code: the address space too,
-    at what this process holds now (Python, torch, CUDA's reservation) plus the memory limit. RLIMIT_DATA does
-    not count shared mappings (mmap(-1, n) in Python): this bounds them. A limit may always be lowered; on the
-    H200, CUDA's matrix products, a 1 GiB tensor on the GPU and pinned memory fitted in 4 GiB above it.
-    Raises OSError or ValueError where it cannot be set."""
-    memory, held = limits.get("memory_bytes"), vm_size()
-    if memory is None or not gpu_nodes or not held:  # held 0: no /proc to read it in; RLIMIT_DATA alone
+def one_malloc_arena():
+    """glibc's malloc, one arena for every thread of this process: by default each thread that allocates reserves
+    an arena of its own, 64 MiB of address space (the request server's warm-up thread, one started after
+    `bound_memory`, took 64 MiB of the student's limit). Nothing where it cannot be set (not glibc)."""
+    try:
+        ctypes.CDLL(None).mallopt(ctypes.c_int(-8), ctypes.c_int(1))  # M_ARENA_MAX: 1
+    except (OSError, AttributeError):
+        pass
+
+
+def _lower(which, value):
+    """Set limit `which` at `value` (never above its hard limit: one inherited lower stays), soft and hard: then
+    nothing this process runs may raise it again (that needs CAP_SYS_RESOURCE, which it has not)."""
+    ceiling = resource.getrlimit(which)[1]
+    value = value if ceiling == resource.RLIM_INFINITY else min(value, ceiling)
+    resource.setrlimit(which, (value, value))
+
+
+def bound_memory(limits):
+    """The memory limit, for good: once torch has loaded (and CUDA has started, or failed to), before any student
+    code, in every process at every level, cold or forked, CPU or CUDA build, GPU or not. Student code gets the
+    limit above what this process holds now, and no more:
+
+    * RLIMIT_DATA, private writable memory (what tensors, arrays and Python objects take): at what is held now
+      (VmData: 0.2 GiB with torch's CPU build, 0.7 GiB with its CUDA build) plus the limit;
+    * RLIMIT_AS, the address space (every mapping, shared ones too: mmap(-1, n) in Python, which RLIMIT_DATA does
+      not count): at what is held now (VmSize: 0.6 GiB with the CPU build, 3 GiB with the CUDA build, whose
+      libraries are mapped even where no GPU is, and 17 GiB once CUDA has started on an H200, mostly reservations
+      with no access) plus the limit.
+
+    Both soft and hard: a limit may always be lowered, never raised without CAP_SYS_RESOURCE. Raises OSError or
+    ValueError where they cannot be set."""
+    memory, data, size = limits.get("memory_bytes"), vm_size("VmData"), vm_size()
+    if memory is None or not data or not size:  # no /proc to read them in: the address space was bounded in `apply`
         return
-    value = held + int(memory)
-    resource.setrlimit(resource.RLIMIT_AS, (value, value))
+    _lower(resource.RLIMIT_DATA, data + int(memory))
+    _lower(resource.RLIMIT_AS, size + int(memory))
 
 
 def apply_process_limit(limits):

@@ -136,16 +136,18 @@ def _confine_landlock(config):
 
 
 def _apply_limits(limits):
-    """Resource limits of this process and everything it starts (rlimits.apply); the process limit comes later."""
-    _rlimits.apply(limits, _GPU_NODES)
+    """Resource limits of this process and everything it starts (rlimits.apply); memory for good, and the process
+    limit, come later."""
+    _rlimits.apply(limits)
 
 
-def _bound_address_space(limits):
-    """On a GPU machine, once CUDA has started, the address space too (rlimits.bound_address_space)."""
+def _bound_memory(limits):
+    """Once torch has loaded and CUDA has started, the memory limit for good: student code gets it above what this
+    process holds (rlimits.bound_memory)."""
     try:
-        _rlimits.bound_address_space(limits, _GPU_NODES)
+        _rlimits.bound_memory(limits)
     except (OSError, ValueError) as exc:
-        _fail(f"the address-space limit could not be set: {exc}")
+        _fail(f"the memory limit could not be set: {exc}")
 
 
 def _apply_process_limit(limits):
@@ -294,7 +296,7 @@ def main(isolation, limits, warm=True, settle=False):
     # before the submission is on sys.path: a student file named like a module that starting CUDA imports must
     # not run then, and make the CUDA checks skip
     cuda_problem = _cuda_problem()
-    _bound_address_space(limits)
+    _bound_memory(limits)
     _second_wall(isolation)
     if warm and settle:  # a restart: the grader waits for it anyway, and no call's timeout pays for the warm-up
         _warm_up()  # (before the submission is on sys.path: no student file is imported by it)
