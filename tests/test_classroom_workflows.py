@@ -22,10 +22,12 @@ import pytest
 import yaml
 
 from autograder.grade.engine import grade
+from autograder.release import NOTEBOOKS as release_notebooks
 from tests.conftest import MODULES, ROOT
 
 TEMPLATES = ROOT / "templates" / "github-classroom"
-NOTEBOOKS = sorted((ROOT / "assignments" / "mha").glob("0*_*.ipynb"))
+NOTEBOOKS = sorted(p for p in (ROOT / "assignments" / "mha").glob("0*_*.ipynb")
+                   if p.name in release_notebooks.values())  # the parts handed out with no course file
 
 
 def load(name):
