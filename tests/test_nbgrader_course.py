@@ -42,8 +42,8 @@ def submit(course, student, code_for):
 def course(tmp_path_factory):
     course = tmp_path_factory.mktemp("course")
     # the parts handed out with no course file: an optional part's source notebook (kvcache) is left out
-    shutil.copytree(ASSIGNMENT_DIR, course / "source" / "mha",
-                    ignore=lambda folder, names: [n for n in names if n.endswith(".ipynb") and n not in NOTEBOOKS.values()])
+    optional = (lambda folder, names: [n for n in names if n.endswith(".ipynb") and n not in NOTEBOOKS.values()])
+    shutil.copytree(ASSIGNMENT_DIR, course / "source" / "mha", ignore=optional)
     nbgrader(course, "generate_assignment", "mha")
     solution = {m: (SOLUTIONS / f"{m}.py").read_text() for m in NOTEBOOKS}
     buggy = dict(solution, attention=solution["attention"].replace("/ math.sqrt(d_k)", "/ d_k"))
