@@ -116,10 +116,15 @@ def render_stub(source: str, filename: str = "<source>") -> str:
     return stub
 
 
+def _after_docstring(source: str) -> int:
+    """The number of lines of `source` up to the end of its module docstring (0 without one)."""
+    module = ast.parse(source)
+    return module.body[0].end_lineno if ast.get_docstring(module) is not None else 0
+
+
 def _with_header(stub: str) -> str:
     """Insert HEADER right after the module docstring (or at the top without one)."""
-    module = ast.parse(stub)
-    at = module.body[0].end_lineno if ast.get_docstring(module) is not None else 0
+    at = _after_docstring(stub)
     lines = stub.splitlines(keepends=True)
     return "".join(lines[:at] + [HEADER + "\n"] + lines[at:])
 
@@ -308,11 +313,8 @@ def selfcheck_text(points: dict[str, Points] | None = None) -> str:
 
 def _without_docstring(source: str) -> str:
     """A module's source less its docstring (the part's own notes, not the student's)."""
-    body = ast.parse(source).body
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-            and isinstance(body[0].value.value, str):
-        return "\n".join(source.splitlines()[body[0].end_lineno:]).lstrip("\n")
-    return source
+    at = _after_docstring(source)
+    return "\n".join(source.splitlines()[at:]).lstrip("\n") if at else source
 
 
 def _doc_block(name):
