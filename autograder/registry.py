@@ -7,6 +7,7 @@
     solution.py      the reference solution, with the release's markers: the stub is rendered from it
     notebook.ipynb   the nbgrader source notebook (its module cell a copy of solution.py, kept so by the release)
     test_<name>.py   the hidden graders, `@points` markers and all (pytest imports them as parts.<name>.test_<name>)
+    checks.py        its public checks, @check(...) functions: the release writes them into the shipped selfcheck.py
     diagnose.py      its "Likely bug" diagnoses, the known mistakes computed from the reference (its graders import
                      it; the machinery, match, is autograder/grade/diagnose.py)
     __init__.py      makes the folder a package, for that name

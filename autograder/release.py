@@ -288,33 +288,37 @@ def task_cell(nb: dict, module: str) -> dict:
 _POINTS_LINE = re.compile(r"^POINTS = .*$", re.M)
 
 
-def selfcheck_text(points: dict[str, Points] | None = None) -> str:
-    """The self-check, its POINTS line written from the graders' markers."""
+_CHECKS_BLOCK = re.compile(r"^# BEGIN CHECKS\b.*?^# END CHECKS\n", re.S | re.M)
+
+
+def part_checks(module: str) -> str:
+    """The public checks of a part, parts/<module>/checks.py, as the shipped self-check holds them: its docstring
+    left out (the checks run with the self-check's helpers in scope)."""
+    path = PARTS_DIR / module / "checks.py"
+    if not path.is_file():
+        raise ValueError(f"part {module!r} has no public checks, parts/{module}/checks.py")
+    text = path.read_text(encoding="utf-8")
+    text = "".join(text.splitlines(keepends=True)[_after_docstring(text):])
+    return text.strip("\n") + "\n"
+
+
+def selfcheck_text(points: dict[str, Points] | None = None, kit: bool = False) -> str:
+    """The self-check, its POINTS line written from the graders' markers (`points`: the parts handed out) and,
+    unless `kit` (the kit's own autograder/selfcheck.py, which reads them from the part folders), the public checks
+    of those parts in place of its CHECKS block: each part's parts/<module>/checks.py, in teaching order."""
     points = grader_points() if points is None else points
     text = SELF_CHECK.read_text(encoding="utf-8")
     line = ("POINTS = {" + ", ".join(f'"{m}": {_n(p.points)}' for m, p in points.items()) + "}"
             "  # written by the kit's release step")
     if len(_POINTS_LINE.findall(text)) != 1:
         raise ValueError(f"{SELF_CHECK.name}: expected one line starting with 'POINTS = '")
+    if len(_CHECKS_BLOCK.findall(text)) != 1:
+        raise ValueError(f"{SELF_CHECK.name}: expected one block from '# BEGIN CHECKS' to '# END CHECKS'")
     text = _POINTS_LINE.sub(lambda _: line, text)
-    # A part whose public checks are written in its own folder (parts/<name>/checks.py, in selfcheck.py's terms:
-    # `check`, `near`, `shape`, `holds`) has them shipped here when it is handed out, after the kit's own, so that
-    # the self-check runs them in the order of the parts.
-    own = [(m, PARTS_DIR / m / "checks.py") for m in points if (PARTS_DIR / m / "checks.py").is_file()]
-    if own:
-        main = "\n\ndef main(argv):\n"
-        if text.count(main) != 1:
-            raise ValueError(f"{SELF_CHECK.name}: expected one 'def main(argv):' to put the parts' checks before")
-        blocks = "".join(f"\n\n# --- the public checks of {m}, from parts/{m}/checks.py (the release step) ---\n"
-                         + _without_docstring(path.read_text(encoding="utf-8")) for m, path in own)
-        text = text.replace(main, blocks.rstrip("\n") + "\n" + main)
-    return text
-
-
-def _without_docstring(source: str) -> str:
-    """A module's source less its docstring (the part's own notes, not the student's)."""
-    at = _after_docstring(source)
-    return "\n".join(source.splitlines()[at:]).lstrip("\n") if at else source
+    if kit:
+        return text
+    checks = "\n\n".join(part_checks(m) for m in PARTS if m in points)
+    return _CHECKS_BLOCK.sub(lambda _: checks, text)
 
 
 def _doc_block(name):
@@ -415,7 +419,7 @@ def released_text(template: dict[str, str] | None = None) -> str:
 def generated_files() -> dict[str, str]:
     """Files of the kit (path relative to it) that the release writes from the graders and the template."""
     points = grader_points()
-    return {"autograder/selfcheck.py": selfcheck_text(points), **kit_docs_texts(points),
+    return {"autograder/selfcheck.py": selfcheck_text(points, kit=True), **kit_docs_texts(points),
             "autograder/submission/released.py": released_text()}
 
 

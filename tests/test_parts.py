@@ -101,10 +101,10 @@ def missing_pieces(name: str, parts_root: Path = registry.PARTS_DIR, kit: Path =
     if not (folder / "diagnose.py").is_file():
         missing.append(f"its diagnoses, parts/{name}/diagnose.py (the known mistakes, computed from the reference)")
 
-    own_checks = folder / "checks.py"
-    if f'@check("{name}",' not in (kit / "autograder" / "selfcheck.py").read_text(encoding="utf-8") and not (
-            own_checks.is_file() and f'@check("{name}",' in own_checks.read_text(encoding="utf-8")):
-        missing.append(f'public checks in parts/{name}/checks.py or autograder/selfcheck.py (@check("{name}", ...))')
+    checks = folder / "checks.py"
+    if f'@check("{name}",' not in (checks.read_text(encoding="utf-8") if checks.is_file() else ""):
+        missing.append(f'public checks in parts/{name}/checks.py (@check("{name}", ...): the release writes them '
+                       f'into selfcheck.py)')
     corpus = folder / "corpus.toml"
     if name not in _planted_bugs(corpus.read_text(encoding="utf-8") if corpus.is_file() else ""):
         missing.append(f'a corpus case: a planted bug in {name}.py in parts/{name}/corpus.toml ([[bug]] with '
@@ -153,7 +153,8 @@ def test_the_checklist_names_what_a_scratch_part_lacks(tmp_path):
         "graders that name causes: parts/rotary/test_rotary.py imports its diagnoses (from parts.rotary import "
         "diagnose) and uses them (checks.with_hint(..., diagnose....))",
         "its diagnoses, parts/rotary/diagnose.py (the known mistakes, computed from the reference)",
-        'public checks in parts/rotary/checks.py or autograder/selfcheck.py (@check("rotary", ...))',
+        'public checks in parts/rotary/checks.py (@check("rotary", ...): the release writes them into '
+        'selfcheck.py)',
         'a corpus case: a planted bug in rotary.py in parts/rotary/corpus.toml ([[bug]] with module = "rotary"; the '
         'format: tests/corpus/submissions.toml)',
         "examples/buggy-student/rotary.py (a part handed out by default is in every example)",

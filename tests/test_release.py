@@ -417,3 +417,21 @@ def test_code_digest_sees_code_only():
     assert code_digest(source.replace("x + 1", "x + 2")) != code_digest(source)
     assert code_digest("def f(:\n") is None
     assert code_digest('s = "# not a comment"\n') != code_digest('s = ""\n')
+
+
+def test_the_shipped_selfcheck_holds_the_public_checks_of_the_parts_handed_out():
+    """The public checks are written once, parts/<name>/checks.py: the shipped selfcheck.py holds those of the parts
+    handed out, in teaching order, in place of the kit's block that reads them from the part folders."""
+    from autograder import course
+
+    default = release.selfcheck_text()
+    assert "# BEGIN CHECKS" not in default and "_part_checks" not in default
+    assert [m for m in release.PARTS if f'@check("{m}",' in default] == list(release.MODULES)
+    for module in release.MODULES:
+        assert release.part_checks(module) in default
+    kit = release.selfcheck_text(kit=True)
+    assert "# BEGIN CHECKS" in kit and "@check(" not in kit.split("# END CHECKS")[0].split("# BEGIN CHECKS")[1]
+    with_kvcache = release.selfcheck_text(release.course_points(course.parse(
+        b"[parts]\nattention = 23\nmasks = 16\nkvcache = 11\n")))
+    assert [m for m in release.PARTS if f'@check("{m}",' in with_kvcache] == ["attention", "masks", "kvcache"]
+    assert release.part_checks("kvcache") in with_kvcache and '"""The KV-cache part' not in with_kvcache
