@@ -61,7 +61,7 @@ class Size(click.ParamType):
 def sandbox_options(command):
     """The limits of the student process and its isolation, shared by `grade` and `grade-all`."""
     options = [
-        click.option("--memory-limit", type=Size(), default="4GiB", show_default=True,
+        click.option("--memory-limit", type=Size(), default="2GiB", show_default=True,
                      help="Memory that student code gets above what Python and torch hold (either build, GPU or "
                           "not): its private memory and its address space, each bounded at what the student "
                           "process holds once torch has loaded plus this; a memory bomb fails there. At least "

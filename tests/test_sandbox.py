@@ -116,7 +116,7 @@ def test_the_first_call_that_meets_the_memory_limit_ends_the_checks_of_the_modul
         assert "mha" not in sb.given_up, "expected the student's mha, which only called the bomb, still run"
     assert first.value.kind == "raised" and "exceeded the memory limit" in str(first.value)
     assert later.value.kind == "gave-up" and str(later.value).startswith(
-        "not run: attention.py exceeded the memory limit (4 GiB for a student process) in an earlier check"), \
+        "not run: attention.py exceeded the memory limit (2 GiB for a student process) in an earlier check"), \
         str(later.value)
     assert torch.equal(value, torch.ones(2))
 

@@ -23,7 +23,10 @@ class Limits:
     """Resource limits of each student process (None: no limit). Hitting one ends only student code."""
 
     cpu_seconds: float | None = 60  # CPU time of the whole process (all checks of one grading)
-    memory_bytes: int | None = 4 << 30  # above what Python and torch hold (rlimits.py): a memory bomb fails
+    # above what Python and torch hold (rlimits.py): a memory bomb fails. 2 GiB is hundreds of times what the
+    # exercises need; every GiB a bomb may fill costs the grading machine about 1.2 s of kernel time as its pages are
+    # written (4 GiB took 5.7 s), so the allowance is kept to what honest code could use.
+    memory_bytes: int | None = 2 << 30
     processes: int | None = 64  # processes and threads: a fork bomb stops here
     output_bytes: int | None = 1 << 20  # what student code may print or write to files
 
