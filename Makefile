@@ -92,19 +92,29 @@ else:
 endef
 export TORCH_SAYS
 
+# The build of the torch installed in the venv, "cpu" or "cuda" (nothing where there is none), from its version.py
+define TORCH_BUILT
+import importlib.util as u, os, runpy
+spec = u.find_spec("torch")
+if spec:
+    print("cuda" if runpy.run_path(os.path.join(spec.submodule_search_locations[0], "version.py")).get("cuda") else "cpu")
+endef
+export TORCH_BUILT
+
 $(STAMP): requirements.txt requirements.lock pyproject.toml
 	@test -x $(PY) || { \
 	  $(PYTHON) -c 'import sys; lo, hi = (tuple(map(int, v.split("."))) for v in sys.argv[1:]); sys.exit(not lo <= sys.version_info[:2] < hi)' $(PYTHONS) \
 	  || { echo "make setup: the kit supports Python >= $(word 1,$(PYTHONS)), < $(word 2,$(PYTHONS)) (pyproject.toml); $(PYTHON) is $$($(PYTHON) -V 2>&1). Another: make setup PYTHON=python3.12" >&2; exit 1; }; \
 	  $(PYTHON) -m venv $(VENV); }
 	@: > $(LOG)
+	@# not done until it is done: a set-up stopped half-way (Ctrl-C, a failure) leaves no stamp, and is run again
+	@rm -f $(VENV)/.installed-*
 	@echo "make setup: pip $(PIP_VERSION), $(TORCH), then requirements.txt (every package pinned: requirements.lock); pip's output: $(LOG)"
 	@$(call pip,install "pip==$(PIP_VERSION)")
-	@# a venv set up with the other build of torch: that build goes first (pip would take it as satisfying $(TORCH))
-	@for old in $(VENV)/.installed-*-cpu $(VENV)/.installed-*-cuda; do \
-	  if [ -e "$$old" ] && [ "$${old##*-}" != $(BUILD) ]; then \
-	    echo "make setup: replacing the $${old##*-} build of torch (TORCH_BUILD=$(BUILD))"; $(call pip,uninstall -y torch); break; \
-	  fi; done
+	@# a venv that holds the other build of torch (read from its version.py, not from a stamp): that build goes first
+	@# (pip would take it as satisfying $(TORCH))
+	@old=$$($(PY) -c "$$TORCH_BUILT" 2>/dev/null); if [ -n "$$old" ] && [ "$$old" != $(BUILD) ]; then \
+	  echo "make setup: replacing the $$old build of torch (TORCH_BUILD=$(BUILD))"; $(call pip,uninstall -y torch); fi
 	@rm -f $(SOURCE)
 	@# torch first, alone (--no-deps), from where its build is; its dependencies come with the rest, under the lock
 	@$(if $(filter cpu,$(BUILD)),$(TORCH_FROM_STORE) ||) $(if $(TORCH_INDEX),{ $(TORCH_FROM_INDEX); },:)

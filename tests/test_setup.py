@@ -347,6 +347,37 @@ def test_a_failed_install_shows_pips_own_error_and_an_unreachable_index_costs_se
     assert not list(venv.glob(".installed-*"))  # a failed set-up is not taken as done
 
 
+#: Stand-in for a venv's python that holds the CUDA build of torch (the set-up's build probe, TORCH_BUILT, says so),
+#: logs each pip command, and stops at the install of the requirements as a Ctrl-C would (exit status 130)
+HALF_DONE_VENV_PYTHON = """#!/bin/sh
+echo "$*" | head -c 120 >> "$(dirname "$0")/../calls.log"; echo >> "$(dirname "$0")/../calls.log"
+case "$*" in
+  *'print("cuda" if'*) echo cuda ;;
+  *"-r requirements.txt"*) exit 130 ;;
+esac
+exit 0
+"""
+
+
+@needs_make
+def test_a_setup_stopped_half_way_is_not_taken_as_done_and_the_other_build_is_read_from_torch_itself(tmp_path):
+    """A set-up stopped half-way (here after it removed the CUDA build for the CPU one) left the old stamp, so the next
+    `make test` took a venv with no torch as set up. The stamps go first, and the build in the venv is read from the
+    installed torch's version.py, so a second set-up after any stop still replaces the other build."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text(HALF_DONE_VENV_PYTHON)
+    (venv / "bin" / "python").chmod(0o755)
+    stamp = venv / f".installed-torch--{torch_version()}-cuda"
+    stamp.touch()
+    said = make("setup", f"VENV={venv}", "TORCH_BUILD=cpu", "TORCH_INDEX=", expect_ok=False, tmp=tmp_path)
+    assert "make setup: replacing the cuda build of torch (TORCH_BUILD=cpu)" in said, said
+    assert "make setup: pip failed (exit status 130)" in said, said
+    assert not list(venv.glob(".installed-*")), "expected no stamp after a set-up that stopped half-way"
+    calls = (venv / "calls.log").read_text()
+    assert "uninstall -y torch" in calls, calls
+
+
 @needs_make
 def test_setup_refuses_a_python_outside_the_supported_range(tmp_path):
     old = tmp_path / "python3.9"
