@@ -12,11 +12,16 @@ PYTHONS := $(shell sed -n 's/^requires-python = ">=\([0-9.]*\),<\([0-9.]*\)".*/\
 # Which build of torch `make setup` installs: cpu, cuda, or auto (the default): cuda where the machine has an
 # NVIDIA GPU (/dev/nvidia0, or `nvidia-smi -L` answers), cpu everywhere else. With the CUDA build (the kit's torch,
 # Linux x86_64) the set-up downloads about 3 GB and the venv is 5.1 GB; with the CPU build, 0.2 GB of torch and 1.4 GB.
-TORCH_BUILD ?= auto
+# A build asked for on the command line (or in the environment) is kept in the venv, $(VENV)/.torch-build, and stays
+# the choice of every later make (`make setup TORCH_BUILD=cuda`, then `make test`) until another is asked for;
+# TORCH_BUILD=auto chooses for the machine again.
+ASKED_BUILD := $(if $(filter undefined,$(origin TORCH_BUILD)),,$(TORCH_BUILD))
+KEPT_BUILD  := $(if $(ASKED_BUILD),,$(filter cpu cuda,$(shell cat $(VENV)/.torch-build 2>/dev/null)))
+TORCH_BUILD ?= $(or $(KEPT_BUILD),auto)
 GPU_HERE := $(if $(filter auto,$(TORCH_BUILD)),$(shell { test -e /dev/nvidia0 || nvidia-smi -L; } >/dev/null 2>&1 && echo gpu))
 BUILD := $(if $(filter auto,$(TORCH_BUILD)),$(if $(GPU_HERE),cuda,cpu),$(TORCH_BUILD))
 # why that build, as the set-up's last line says it
-BUILD_WHY := $(if $(filter auto,$(TORCH_BUILD)),$(if $(GPU_HERE),this machine has an NVIDIA GPU,this machine has no NVIDIA GPU) (TORCH_BUILD=auto; TORCH_BUILD=$(if $(GPU_HERE),cpu,cuda) for the other),TORCH_BUILD=$(TORCH_BUILD) was asked for)
+BUILD_WHY := $(if $(KEPT_BUILD),TORCH_BUILD=$(KEPT_BUILD) was asked for by an earlier make setup (kept in $(VENV)/.torch-build; TORCH_BUILD=auto chooses again),$(if $(filter auto,$(TORCH_BUILD)),$(if $(GPU_HERE),this machine has an NVIDIA GPU,this machine has no NVIDIA GPU) (TORCH_BUILD=auto; TORCH_BUILD=$(if $(GPU_HERE),cpu,cuda) for the other),TORCH_BUILD=$(TORCH_BUILD) was asked for))
 ifeq ($(filter cpu cuda,$(BUILD)),)
   $(error TORCH_BUILD=$(TORCH_BUILD): cpu, cuda or auto)
 endif
@@ -51,7 +56,7 @@ help:
 	@echo "make bench   time the grading of one complete submission (median of 5)"
 	@echo "make docs    build the documentation (docs/, mkdocs.yml) into site/; a broken link or anchor fails"
 	@echo "make lock    re-pin requirements.lock for every supported Python (after changing requirements.txt)"
-	@echo "make setup TORCH_BUILD=cpu|cuda   another build of torch than the one chosen for this machine"
+	@echo "make setup TORCH_BUILD=cpu|cuda   another build of torch than the one chosen for this machine, kept for later makes"
 
 setup: $(STAMP)
 
@@ -123,6 +128,7 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml
 	@$(call pip,install --no-deps --no-build-isolation -e .)
 	@$(PY) -c "$$TORCH_SAYS" $(BUILD) "$(BUILD_WHY)" "$$(cat $(SOURCE) 2>/dev/null)"
 	@rm -f $(VENV)/.installed-*
+	@$(if $(ASKED_BUILD),$(if $(filter auto,$(ASKED_BUILD)),rm -f $(VENV)/.torch-build,echo $(ASKED_BUILD) > $(VENV)/.torch-build),:)
 	@touch $@
 
 # The demo ends with the class page of the same submissions, graded as a class (grade-all) in build/ (ignored by git)

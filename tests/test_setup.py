@@ -277,6 +277,22 @@ def test_torch_build_overrides_the_choice(tmp_path, build, gpu):
 
 
 @needs_make
+def test_a_build_asked_for_is_kept_for_the_next_make_until_auto_chooses_again(tmp_path):
+    """`make setup TORCH_BUILD=cuda` then `make test`, as typed: the second make keeps the CUDA build asked for
+    (it took the machine's own choice, and replaced 3 GB of CUDA torch by the CPU build, on a machine with no GPU)."""
+    asked = setup_plan(tmp_path, "TORCH_BUILD=cuda")
+    assert f"echo cuda > {tmp_path}/venv/.torch-build" in asked, asked[-600:]
+    (tmp_path / "venv").mkdir()
+    (tmp_path / "venv" / ".torch-build").write_text("cuda\n")
+    later = setup_plan(tmp_path)  # no TORCH_BUILD given
+    assert ('"$TORCH_SAYS" cuda "TORCH_BUILD=cuda was asked for by an earlier make setup (kept in '
+            f'{tmp_path}/venv/.torch-build; TORCH_BUILD=auto chooses again)"') in later, later[-600:]
+    assert later.rstrip().endswith("-cuda")
+    again = setup_plan(tmp_path, "TORCH_BUILD=auto")
+    assert f"rm -f {tmp_path}/venv/.torch-build" in again and not again.rstrip().endswith("-cuda")
+
+
+@needs_make
 @pytest.mark.parametrize("build", ["cpu", "cuda"])
 def test_torch_index_names_another_source(tmp_path, build):
     plan = setup_plan(tmp_path, f"TORCH_BUILD={build}", "TORCH_INDEX=https://mirror.example/whl/cu130")
