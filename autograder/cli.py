@@ -717,8 +717,9 @@ def unfinished(shards_folder, n):
 
 @cli.command(short_help="Write student_template/, solutions/, notebooks from parts/.")
 @click.option("--check", is_flag=True, help="Change nothing; exit 1 naming the files that are out of date.")
-@course_option("Writes the student template of that course into --output: the parts it hands out alone, with "
-               "its points (the kit's own files stay as they are).")
+@course_option("Writes the student template of that course into --output, its nbgrader source notebooks into "
+               "--nbgrader-source: the parts it hands out alone, with its points (the kit's own files stay as they "
+               "are).")
 @click.option("--output", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="With --course: the folder of that course's student template.")
 @click.option("--nbgrader-source", "nbgrader_source", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -732,7 +733,8 @@ def release(check, course, output, nbgrader_source):
     1. The module cell of each part's source notebook (notebook.ipynb) is
        copied from its solution.py (the one place the code lives), and its
        task cell states the graders' points; assignments/mha/ gets copies
-       of the notebooks (for nbgrader), solutions/ of the solutions.
+       of those handed out by default (for nbgrader), solutions/ of the
+       solutions.
     2. The kit's generated files follow: the self-check's points, the
        tables of README.md and docs/ that the release writes (points,
        parts, tutorials), autograder/submission/released.py.
