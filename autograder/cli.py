@@ -717,18 +717,24 @@ def unfinished(shards_folder, n):
 
 @cli.command(short_help="Write student_template/, solutions/, notebooks from parts/.")
 @click.option("--check", is_flag=True, help="Change nothing; exit 1 naming the files that are out of date.")
-@course_option("Writes the student template of that course into --output: the parts it hands out alone, with "
-               "its points (the kit's own files stay as they are).")
+@course_option("Writes the student template of that course into --output, its nbgrader source notebooks into "
+               "--nbgrader-source: the parts it hands out alone, with its points (the kit's own files stay as they "
+               "are).")
 @click.option("--output", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="With --course: the folder of that course's student template (required there).")
-def release(check, course, output):
+              help="With --course: the folder of that course's student template.")
+@click.option("--nbgrader-source", "nbgrader_source", type=click.Path(file_okay=False, path_type=Path), default=None,
+              metavar="DIR", help="Write an nbgrader course's source folder (source/mha) into DIR: the source "
+                                  "notebooks of the parts handed out (with --course, that course's, with its points; "
+                                  "else the five of assignments/mha/), and nothing else.")
+def release(check, course, output, nbgrader_source):
     """Write student_template/ from the parts' folders, parts/<module>/.
 
     \b
     1. The module cell of each part's source notebook (notebook.ipynb) is
        copied from its solution.py (the one place the code lives), and its
        task cell states the graders' points; assignments/mha/ gets copies
-       of the notebooks (for nbgrader), solutions/ of the solutions.
+       of those handed out by default (for nbgrader), solutions/ of the
+       solutions.
     2. The kit's generated files follow: the self-check's points, the
        tables of README.md and docs/ that the release writes (points,
        parts, tutorials), autograder/submission/released.py.
@@ -743,24 +749,32 @@ def release(check, course, output):
     With --course FILE --output DIR, only step 3, for that course: DIR gets
     the stubs, notebooks, README and self-check of the parts the course file
     hands out, with its points (docs/instructor/course.md).
+
+    With --nbgrader-source DIR (and --course FILE or not), DIR gets the
+    source notebooks of the parts handed out, with their points: the
+    source folder of an nbgrader course (docs/instructor/notebooks.md).
     """
     from autograder import release as rel
 
-    if (course is None) != (output is None):
-        raise click.UsageError("--course and --output go together: the template of a course file is written "
-                               "into a folder of its own")
-    if course is not None:
-        step = rel.course_step(course, output)
+    if output is not None and course is None:
+        raise click.UsageError("--output is the folder of a course file's template: give --course FILE too")
+    if course is not None and output is None and nbgrader_source is None:
+        raise click.UsageError("--course writes a course's files into folders of their own: give --output DIR "
+                               "(its student template), --nbgrader-source DIR (its nbgrader source notebooks), "
+                               "or both")
+    if output is not None or nbgrader_source is not None:
+        chosen = ([rel.course_step(course, output)] if output is not None else []) + (
+            [rel.nbgrader_source_step(course, nbgrader_source)] if nbgrader_source is not None else [])
         if check:
-            stale = step.stale()
+            stale = [step.shown_as + n for step in chosen for n in step.stale()]
             if stale:
-                click.echo("out of date: " + ", ".join(step.shown_as + n for n in stale), err=True)
+                click.echo("out of date: " + ", ".join(stale), err=True)
                 sys.exit(1)
-            click.echo(f"{output} is up to date")
+            click.echo(" and ".join(str(step.folder) for step in chosen) + " up to date")
             return
-        changed = step.write()
-        click.echo(f"wrote {', '.join(step.shown_as + n for n in changed)}" if changed else
-                   f"{output} already up to date")
+        changed = [step.shown_as + n for step in chosen for n in step.write()]
+        click.echo(f"wrote {', '.join(changed)}" if changed else
+                   " and ".join(str(step.folder) for step in chosen) + " already up to date")
         return
 
     if check:

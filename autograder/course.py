@@ -14,6 +14,9 @@ file, and read it here (`load`), before anything is graded or written. Its table
     min_speedup = 4.0  # the fused MHA at least this many times faster than the reference stacked module
     max_slowdown = 4.0 # at most this many times slower than the reference fused module
     max_growth = 4.0   # its time grows with the head count at most this many times as the reference's
+    kv_min_speedup = 3.0  # the optional part kvcache: its cached decoding at least this many times faster than the
+                          # reference's full passes (parts/kvcache/test_kvcache.py; nothing where kvcache is not
+                          # handed out, as min_speedup where mha is not)
 
     [time_limits]      # optional: seconds (the command line's --call-timeout, --submission-timeout win)
     call_seconds = 10
@@ -56,6 +59,10 @@ else:  # Python 3.10: the backport (requirements.txt)
 
 #: The tables of a course file and their keys: key -> (type, what it must be), in the order the docs give them.
 SPEED = {"min_speedup": "MIN_SPEEDUP", "max_slowdown": "MAX_SLOWDOWN", "max_growth": "GROWTH_LIMIT"}  # -> timing.*
+#: [speed] keys of a part's own threshold, kept in its graders (parts/<part>/test_<part>.py): key -> (part, name);
+#: the graders' plugin sets it there before the part's test runs, which reads it as it runs.
+PART_SPEED = {"kv_min_speedup": ("kvcache", "MIN_SPEEDUP")}
+SPEED_KEYS = (*SPEED, *PART_SPEED)
 TIME_LIMITS = ("call_seconds", "submission_seconds")
 TABLES = ("parts", "speed", "time_limits", "cuda")
 
@@ -71,7 +78,7 @@ class Course:
     file: str  # its name, as reports show it (never a path of this machine)
     sha256: str  # of its bytes
     parts: dict  # part -> worth, in the kit's order of parts
-    speed: dict = field(default_factory=dict)  # key of SPEED -> threshold, those given
+    speed: dict = field(default_factory=dict)  # key of SPEED or PART_SPEED -> threshold, those given
     time_limits: dict = field(default_factory=dict)  # key of TIME_LIMITS -> seconds, those given
     cuda_counts: bool = True
     text: bytes = b""  # the file itself (embedded in the Gradescope zip)
@@ -155,8 +162,8 @@ def parse(data: bytes, name: str = "course.toml") -> Course:
     parts = {m: parts_in[m] for m in PARTS if m in parts_in}  # the kit's order, whatever the file's
     speed = _table(doc, "speed", name)
     for key, value in speed.items():
-        if key not in SPEED:
-            raise CourseError(f"{name}: [speed] " + _unknown("key", key, SPEED))
+        if key not in SPEED_KEYS:
+            raise CourseError(f"{name}: [speed] " + _unknown("key", key, SPEED_KEYS))
         _positive(value, _where(name, "speed", key))
     limits = _table(doc, "time_limits", name)
     for key, value in limits.items():

@@ -13,8 +13,9 @@
     __init__.py      makes the folder a package, for that name
 
 The release copies solution.py to solutions/<name>.py (the package the graders import the reference from, and
-a complete submission) and notebook.ipynb to assignments/mha/NN_<name>.ipynb; `release --check` holds the
-copies. tests/test_parts.py names, per part, what of the list is missing.
+a complete submission) and, for a part handed out by default, notebook.ipynb to assignments/mha/NN_<name>.ipynb
+(the nbgrader source folder of the kit as it is; `release --nbgrader-source` writes a course's); `release --check`
+holds the copies. tests/test_parts.py names, per part, what of the list is missing.
 
 Nothing here imports torch or runs a part's code.
 """

@@ -10,7 +10,8 @@ Each part is one folder, ``parts/<module>/`` (autograder/registry.py): its
 solution (``solution.py``), source notebook (``notebook.ipynb``) and hidden
 graders (``test_<module>.py``). ``solutions/<module>.py`` and
 ``assignments/mha/NN_<module>.ipynb`` are the release's copies of them
-(``solution_files()``, ``assignment_notebooks()``), held by ``release --check``.
+(``solution_files()``, ``assignment_notebooks()``: the notebooks of the parts handed out with no course file),
+held by ``release --check``.
 
 The notebooks follow the same single source: the module cell of each
 source notebook (the nbgrader solution cell ``<module>-code``) is a copy of
@@ -610,8 +611,12 @@ def part_notebooks() -> dict[str, str]:
 
 
 def assignment_notebooks() -> dict[str, str]:
-    """assignments/mha/, for nbgrader: NN_<module>.ipynb -> a copy of every part's synced source notebook."""
-    return {notebook_name(m): text for m, text in _all_sources().items()}
+    """assignments/mha/, for nbgrader: NN_<module>.ipynb -> a copy of the synced source notebook of each part handed
+    out with no course file (autograder.MODULES), out of their total. The folder is the nbgrader source folder of
+    the kit as it is, copied as a whole; an optional part's notebook stays in its part folder, and a course file's
+    source folder, its parts with its points, is `nbgrader_source_step`'s."""
+    sources = _all_sources()
+    return {notebook_name(m): sources[m] for m in MODULES}
 
 
 def solution_files() -> dict[str, str]:
@@ -714,7 +719,8 @@ def steps(assignment_dir: Path = ASSIGNMENT_DIR, template_dir: Path = TEMPLATE_D
     """The release, in order, as nbgrader orders its converters' preprocessors:
 
     1. the source notebooks, in the part folders: each module cell a copy of parts/<module>/solution.py, each task
-       cell the graders' points; then their copies for nbgrader, assignments/mha/NN_<module>.ipynb, and the
+       cell the graders' points; then the copies for nbgrader of those handed out by default,
+       assignments/mha/NN_<module>.ipynb, and the
        reference solutions' copies, solutions/<module>.py (both folders the release's alone);
     2. the kit's generated files: the self-check's points, the documentation's blocks (README.md, docs/),
        autograder/submission/released.py;
@@ -737,6 +743,13 @@ def course_step(course, dest: Path) -> Step:
     """`release --course FILE --output DEST`: the student template of a course file (autograder.course.Course),
     the parts it hands out alone, written into `dest` (never the kit's student_template/, which stays the kit's)."""
     return Step(Path(dest), f"{dest}/", lambda: expected_template(course), "template", prune=True)
+
+
+def nbgrader_source_step(course, dest: Path) -> Step:
+    """`release --nbgrader-source DEST [--course FILE]`: an nbgrader course's source folder (source/mha/), the
+    source notebooks of the parts handed out (by default, or by the course file) alone, their task cells worth the
+    course's points (`synced_sources`), so that nbgrader's totals are the kit's."""
+    return Step(Path(dest), f"{dest}/", lambda: synced_sources(course=course), "sources", prune=True)
 
 
 def check(**folders) -> list[str]:

@@ -68,6 +68,9 @@ BAD = [  # (what the file says, what the error must name)
     (b"[parts]\n", ["[parts] lists no part"]),
     (b"[parts]\nmasks = 8\n[speed]\nmin_speed_up = 2\n", ["[speed]", "'min_speed_up'", "did you mean 'min_speedup'"]),
     (b"[parts]\nmasks = 8\n[speed]\nmax_slowdown = 0\n", ["[speed] max_slowdown", "positive"]),
+    (b"[parts]\nkvcache = 11\n[speed]\nkv_min_speed = 5\n", ["[speed]", "'kv_min_speed'",
+                                                             "did you mean 'kv_min_speedup'"]),
+    (b"[parts]\nkvcache = 11\n[speed]\nkv_min_speedup = -3\n", ["[speed] kv_min_speedup", "positive"]),
     (b"[parts]\nmasks = 8\n[time_limits]\ncall_second = 3\n", ["[time_limits]", "'call_second'"]),
     (b"[parts]\nmasks = 8\n[time_limits]\nsubmission_seconds = \"10m\"\n", ["[time_limits] submission_seconds",
                                                                        "must be a number"]),
@@ -241,6 +244,28 @@ def test_a_course_sets_the_speed_thresholds_and_leaves_out_the_cuda_checks(tmp_p
     assert report.figures().max_total == 108 and report.summary_line().endswith("/108")
 
 
+@pytest.mark.grading
+def test_a_course_sets_the_kvcache_speed_threshold(warm_servers):
+    """[speed] kv_min_speedup reaches kvcache's speed check (parts/kvcache/test_kvcache.py's MIN_SPEEDUP, read as the
+    check runs): at 1000 the reference loses kvcache's 2 speed points and nothing else, the message saying 1000x;
+    the next grading, under a course file without the key, is judged at the kit's 3x again."""
+    from parts.kvcache import test_kvcache
+    from tests.test_optional_part import KVCACHE_COURSE
+
+    assert "kv_min_speedup" not in KVCACHE_COURSE.speed and test_kvcache.MIN_SPEEDUP == 3
+    course = parse(KVCACHE_COURSE.text + b"[speed]\nkv_min_speedup = 1000\n", "kv.toml")
+    assert course.speed == {"kv_min_speedup": 1000}
+    report = grade(SOLUTIONS, course=course, servers=warm_servers)
+    failed = [t for t in report.tests if t.status == "failed"]
+    assert [t.id for t in failed] == ["test_decoding_faster_than_full_passes"], [t.id for t in failed]
+    assert "at least 1000x faster" in failed[0].message and failed[0].data["timing"]["min_speedup"] == 1000, (
+        failed[0].message)
+    assert report.modules()["kvcache"] == (9, 11) and report.score == 109, report.to_text()
+    again = grade(SOLUTIONS, course=KVCACHE_COURSE, servers=warm_servers, select="decoding_faster")
+    (speed,) = again.tests
+    assert speed.status == "passed" and speed.data["timing"]["min_speedup"] == 3, (speed.status, speed.message)
+
+
 def test_the_release_of_a_course_holds_only_its_parts(tmp_path, course_file):
     """release --course: the stubs, notebooks, README and self-check of the parts handed out, with its points."""
     result = CliRunner().invoke(cli.cli, ["release", "--course", str(course_file), "-o", str(tmp_path / "t")])
@@ -256,3 +281,39 @@ def test_the_release_of_a_course_holds_only_its_parts(tmp_path, course_file):
     assert '"points": 16' in (tmp_path / "t" / "03_masks.ipynb").read_text(encoding="utf-8")
     again = CliRunner().invoke(cli.cli, ["release", "--check", "--course", str(course_file), "-o", str(tmp_path / "t")])
     assert again.exit_code == 0, again.output
+
+
+def _task_points(folder) -> dict:
+    """grade_id -> nbgrader points of the task cells of the notebooks in `folder`."""
+    import json
+
+    return {c["metadata"]["nbgrader"]["grade_id"]: c["metadata"]["nbgrader"]["points"]
+            for path in sorted(folder.glob("*.ipynb")) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+            if c.get("metadata", {}).get("nbgrader", {}).get("points") is not None}
+
+
+def test_the_nbgrader_source_folder_holds_the_parts_handed_out_with_their_points(tmp_path):
+    """release --nbgrader-source DIR: with no course file, the five notebooks of assignments/mha/, byte for byte,
+    out of 100 (and assignments/mha/ holds no other part's); with a course file that hands out kvcache, the six,
+    kvcache's task cell among them, out of 111; --check holds each."""
+    from autograder.release import ASSIGNMENT_DIR, NOTEBOOKS
+    from tests.test_optional_part import KVCACHE_COURSE
+
+    assert sorted(p.name for p in ASSIGNMENT_DIR.iterdir()) == sorted(NOTEBOOKS.values())
+    default = CliRunner().invoke(cli.cli, ["release", "--nbgrader-source", str(tmp_path / "default")])
+    assert default.exit_code == 0, default.output
+    assert {p.name: p.read_bytes() for p in (tmp_path / "default").iterdir()} == {
+        p.name: p.read_bytes() for p in ASSIGNMENT_DIR.iterdir()}
+    assert sum(_task_points(tmp_path / "default").values()) == 100
+    (tmp_path / "kv.toml").write_bytes(KVCACHE_COURSE.text)
+    args = ["release", "--course", str(tmp_path / "kv.toml"), "--nbgrader-source", str(tmp_path / "kv")]
+    written = CliRunner().invoke(cli.cli, args)
+    assert written.exit_code == 0, written.output
+    assert sorted(p.name for p in (tmp_path / "kv").iterdir()) == [*sorted(NOTEBOOKS.values()), "06_kvcache.ipynb"]
+    assert _task_points(tmp_path / "kv") == {f"{m}-hidden-graders": w for m, w in KVCACHE_COURSE.parts.items()}
+    assert sum(_task_points(tmp_path / "kv").values()) == KVCACHE_COURSE.total == 111
+    checked = CliRunner().invoke(cli.cli, ["release", "--check", *args[1:]])
+    assert checked.exit_code == 0, checked.output
+    (tmp_path / "kv" / "06_kvcache.ipynb").unlink()
+    stale = CliRunner().invoke(cli.cli, ["release", "--check", *args[1:]])
+    assert stale.exit_code == 1 and "06_kvcache.ipynb" in stale.output, stale.output

@@ -246,11 +246,15 @@ def test_a_student_process_that_cannot_start_gives_exit_2_and_no_score(place, tm
     assert results["tests"] == []
 
 
-def test_a_memory_limit_too_small_for_python_is_the_graders_failure(place):
+def test_a_memory_limit_under_64_mib_is_refused_as_the_graders_failure(place):
+    """The memory limit is what student code gets above what Python and torch hold (autograder/sandbox/rlimits.py);
+    one under 64 MiB (30 MiB here) is refused before any student code runs: exit 2, no score, and the message says
+    the limit and the least it may be, the grader's failure, not the student's."""
     proc = run_cli(place, "root" if ROOT_USER else "user",
                    ["grade", str(place.klass / "reference"), "--memory-limit", "30MiB"])
     assert proc.returncode == 2, f"expected exit 2, got {proc.returncode}: {proc.stdout[-1500:]}{proc.stderr[-1500:]}"
-    assert "memory limit" in proc.stderr and "Total:" not in proc.stdout, proc.stdout + proc.stderr
+    assert "memory limit (30 MiB) is too small" in proc.stderr and "at least 64 MiB" in proc.stderr, proc.stderr
+    assert "Total:" not in proc.stdout, proc.stdout
 
 
 def test_grade_all_records_an_error_row_without_a_score_and_grades_it_again(place):

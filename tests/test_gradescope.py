@@ -325,3 +325,35 @@ def test_a_notebook_uploaded_under_the_students_name_is_graded_as_its_module(gra
     note = ("masks.py: not graded: bea_03_masks.ipynb was graded instead (masks.py is the untouched template and "
             "the notebook holds your work)")
     assert (note in data["output"]) == with_stub, data["output"]
+
+
+# -- a course file that hands out the optional part kvcache (docs/instructor/kvcache.md) ----------------------------
+@pytest.fixture(scope="module")
+def kvcache_zip(tmp_path_factory):
+    """The zip built under the course file of tests/test_optional_part.py (the five at their worths, kvcache = 11)."""
+    from tests.test_optional_part import KVCACHE_COURSE
+
+    path = tmp_path_factory.mktemp("kvcache-zip") / "autograder.zip"
+    build_zip(path, course=KVCACHE_COURSE)
+    return path
+
+
+@pytest.mark.grading
+@pytest.mark.parametrize("handed_in", ["reference", "template"])
+def test_under_a_course_file_with_kvcache_the_zip_grades_the_six_parts(tmp_path, kvcache_zip, handed_in):
+    """Unzipped and run as Gradescope runs it: the reference's six modules earn 111 of 111, kvcache's checks among
+    the tests (11 of its points), and the untouched template of that course (the kit's template and the kvcache
+    stub) 0 of 111."""
+    from tests.test_optional_part import KVCACHE_COURSE, PARTS, _reference, _template
+
+    unzip(kvcache_zip, tmp_path / "source")
+    (_reference if handed_in == "reference" else _template)(tmp_path / "submission")
+    data, log = run_autograder(tmp_path)
+    check_results_format(data)
+    kvcache = [t for t in data["tests"] if t["name"].startswith("kvcache:")]
+    assert kvcache, [t["name"] for t in data["tests"]]
+    assert sum(Decimal(str(t["max_score"])) for t in kvcache) == 11, kvcache
+    assert {t["name"].split(":")[0] for t in data["tests"]} == set(PARTS), {t["name"] for t in data["tests"]}
+    assert sum(Decimal(str(t["max_score"])) for t in data["tests"]) == KVCACHE_COURSE.total == 111
+    assert data["score"] == (111 if handed_in == "reference" else 0), (data["output"], log)
+    assert sum(Decimal(str(t["score"])) for t in data["tests"]) == Decimal(str(data["score"]))

@@ -905,10 +905,10 @@ KVCACHE_NOTEBOOK = "06_kvcache.ipynb"  # its place in autograder.PARTS
 
 def _with_kvcache(folder: Path, name="kvcache.py") -> Path:
     """The reference submission of the five parts, and the reference kvcache as `name` (a .py file or a notebook,
-    the released notebook with its solution)."""
+    the part's source notebook with its solution)."""
     _reference(folder)
     if name.endswith(".ipynb"):
-        shutil.copyfile(SOLUTIONS.parent / "assignments" / "mha" / KVCACHE_NOTEBOOK, folder / name)
+        shutil.copyfile(SOLUTIONS.parent / "parts" / "kvcache" / "notebook.ipynb", folder / name)
     else:
         shutil.copyfile(SOLUTIONS / "kvcache.py", folder / name)
     return folder

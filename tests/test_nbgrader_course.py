@@ -6,17 +6,19 @@ graders' scores.
 """
 import csv
 import json
-import shutil
 import subprocess
 import sys
 from decimal import Decimal
 
 import pytest
 
+from autograder.grade.engine import grade
 from autograder.release import ASSIGNMENT_DIR, NOTEBOOKS, module_cell, nbgrader_env
+from autograder.submission.notebooks import notebook_name
 from tests.conftest import ROOT, SOLUTIONS
 
 pytestmark = pytest.mark.grading  # every test here grades or starts student processes
+CENT = Decimal("0.01")
 
 
 def nbgrader(course, *args):
@@ -26,11 +28,12 @@ def nbgrader(course, *args):
     return proc
 
 
-def submit(course, student, code_for):
-    """Copy the released notebooks into submitted/<student>/mha, with the module cells from `code_for`."""
+def submit(course, student, code_for, notebooks=NOTEBOOKS):
+    """Copy the released notebooks (`notebooks`: module -> its notebook, default the five handed out with no course
+    file) into submitted/<student>/mha, with the module cells from `code_for`."""
     dest = course / "submitted" / student / "mha"
     dest.mkdir(parents=True)
-    for module, name in NOTEBOOKS.items():
+    for module, name in notebooks.items():
         nb = json.loads((course / "release" / "mha" / name).read_text())
         code = code_for(module)
         if code is not None:
@@ -38,12 +41,21 @@ def submit(course, student, code_for):
         (dest / name).write_text(json.dumps(nb))
 
 
+def source_folder(course, course_file=None):
+    """The documented route (docs/instructor/notebooks.md): `grader_cli.py release --nbgrader-source source/mha`,
+    run in the course folder, with `--course FILE` where a course file is given; the notebooks it wrote, sorted."""
+    given = ["--course", str(course_file)] if course_file is not None else []
+    proc = subprocess.run([sys.executable, str(ROOT / "grader_cli.py"), "release", "--nbgrader-source", "source/mha",
+                           *given], cwd=course, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return sorted(p.name for p in (course / "source" / "mha").iterdir())
+
+
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     course = tmp_path_factory.mktemp("course")
-    # the parts handed out with no course file: an optional part's source notebook (kvcache) is left out
-    optional = (lambda folder, names: [n for n in names if n.endswith(".ipynb") and n not in NOTEBOOKS.values()])
-    shutil.copytree(ASSIGNMENT_DIR, course / "source" / "mha", ignore=optional)
+    # no course file: the five parts handed out by default, as assignments/mha/ holds them
+    assert source_folder(course) == sorted(NOTEBOOKS.values()) == sorted(p.name for p in ASSIGNMENT_DIR.iterdir())
     nbgrader(course, "generate_assignment", "mha")
     solution = {m: (SOLUTIONS / f"{m}.py").read_text() for m in NOTEBOOKS}
     buggy = dict(solution, attention=solution["attention"].replace("/ math.sqrt(d_k)", "/ d_k"))
@@ -158,3 +170,69 @@ def test_sync_without_autograde_is_a_clear_error(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert "gradebook.db does not exist" in proc.stderr
+
+
+# -- a course file that hands out the optional part kvcache (docs/instructor/kvcache.md) ----------------------------
+@pytest.fixture(scope="module")
+def kvcache_course(tmp_path_factory):
+    """The same route under the course file of tests/test_optional_part.py (the five at their worths in the kit,
+    and kvcache = 11): its source folder, the released notebooks, the reference (alice) and a planted kvcache bug
+    (dave) handed in, autograde, nbgrader-sync --course, export."""
+    from tests.corpus import load_corpus, materialize
+    from tests.test_optional_part import BUG, KVCACHE_COURSE, PARTS
+
+    course = tmp_path_factory.mktemp("kvcache-course")
+    course_file = course / "kvcache.toml"
+    course_file.write_bytes(KVCACHE_COURSE.text)
+    sources = source_folder(course, course_file)
+    nbgrader(course, "generate_assignment", "mha")
+    notebooks = {m: notebook_name(m) for m in PARTS}
+    bug = materialize(next(c for c in load_corpus()["bug"] if c.id == BUG), tmp_path_factory.mktemp("bug"), SOLUTIONS)
+    handed_in = {"alice": SOLUTIONS, "dave": bug}
+    for student, folder in handed_in.items():
+        submit(course, student, lambda module: (folder / f"{module}.py").read_text(), notebooks)
+    (course / "students.csv").write_text("id\n" + "".join(f"{s}\n" for s in handed_in))
+    nbgrader(course, "db", "student", "import", "students.csv")
+    nbgrader(course, "autograde", "mha")
+    sync = subprocess.run([sys.executable, str(ROOT / "grader_cli.py"), "nbgrader-sync", str(course), "--course",
+                           str(course_file)], capture_output=True, text=True, timeout=600)
+    assert sync.returncode == 0, sync.stdout + sync.stderr
+    nbgrader(course, "export")
+    with open(course / "grades.csv") as fh:
+        rows = {row["student_id"]: row for row in csv.DictReader(fh)}
+    return {"sources": sources, "sync": sync.stdout, "grades": rows, "root": course, "handed_in": handed_in,
+            "course": KVCACHE_COURSE, "parts": PARTS}
+
+
+def test_a_course_file_hands_out_its_parts_notebooks_with_its_points(kvcache_course):
+    """release --course FILE --nbgrader-source: the six notebooks, kvcache's too, whose task cells add up to 111."""
+    assert kvcache_course["sources"] == sorted(notebook_name(m) for m in kvcache_course["parts"])
+    points = {}
+    for name in kvcache_course["sources"]:
+        nb = json.loads((kvcache_course["root"] / "source" / "mha" / name).read_text())
+        points.update({c["metadata"]["nbgrader"]["grade_id"]: c["metadata"]["nbgrader"]["points"] for c in nb["cells"]
+                       if c.get("metadata", {}).get("nbgrader", {}).get("points") is not None})
+    assert points == {f"{m}-hidden-graders": w for m, w in kvcache_course["course"].parts.items()}, points
+    assert float(kvcache_course["grades"]["alice"]["max_score"]) == 111 == kvcache_course["course"].total
+
+
+def test_under_a_course_file_the_gradebook_holds_the_kits_parts_and_points(kvcache_course, warm_servers):
+    """Each student's cells in the gradebook, kvcache's among them, are the figures of the kit's own grading of the
+    same code (the .py files) under the course file, and the exported total is the kit's: 111 for the reference,
+    less for a planted kvcache bug, which costs kvcache points alone."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{kvcache_course['root'] / 'gradebook.db'}") as gb:
+        cells = {student: {g.name.removesuffix("-hidden-graders"): Decimal(repr(float(g.score))).quantize(CENT)
+                           for nb in gb.find_submission("mha", student).notebooks for g in nb.grades
+                           if g.name.endswith("-hidden-graders")} for student in kvcache_course["handed_in"]}
+    for student, folder in kvcache_course["handed_in"].items():
+        report = grade(folder, course=kvcache_course["course"], servers=warm_servers)
+        kit = {m: f.score for m, f in report.figures().modules.items()}
+        assert cells[student] == kit and list(kit) == list(kvcache_course["parts"]), (student, cells[student], kit)
+        total, written = kit_line(kvcache_course["sync"], student)
+        assert written == kit and total == Decimal(str(report.score)), (student, written, total, report.score)
+        assert Decimal(kvcache_course["grades"][student]["score"]) == total, kvcache_course["grades"][student]
+    assert kvcache_course["grades"]["alice"]["score"] in ("111", "111.0"), kvcache_course["grades"]["alice"]
+    dave = cells["dave"]
+    assert 0 < dave["kvcache"] < 11 and all(dave[m] == cells["alice"][m] for m in dave if m != "kvcache"), dave

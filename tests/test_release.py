@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from autograder import release
-from autograder.submission.notebooks import notebook_name
 
 # The student contract (shared/spec/student-api.md), written out independently of the generator.
 CONTRACT = {
@@ -290,8 +289,9 @@ def test_a_changed_marker_makes_release_check_name_everything_that_shows_points(
     monkeypatch.setattr(release, "PARTS_DIR", parts)
     assert release.grader_points()["masks"].points == kit + 1
     stale = release.check_sources()
-    # every part's notebook: an optional part's task cell counts the default parts' total too
-    assert set(stale) == {f"assignments/mha/{notebook_name(m)}" for m in release.PARTS} | {
+    # every part's notebook (an optional part's task cell counts the default parts' total too), and the copies in
+    # assignments/mha/ of those handed out by default (the nbgrader source folder of the kit as it is)
+    assert set(stale) == {f"assignments/mha/{n}" for n in release.NOTEBOOKS.values()} | {
         f"parts/{m}/notebook.ipynb" for m in release.PARTS} | {
         "autograder/selfcheck.py"} | _pages_with_blocks("points", "parts"), stale
     assert set(release.check_template()) >= {*release.NOTEBOOKS.values(), "README.md", "selfcheck.py"}

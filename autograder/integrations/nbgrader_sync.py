@@ -28,11 +28,12 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
+from autograder import PARTS
 from autograder.grade.engine import grade
 from autograder.grade.servers import LazyServers
-from autograder.release import ASSIGNMENT, NOTEBOOKS, nbgrader_env
+from autograder.release import ASSIGNMENT, nbgrader_env
 from autograder.scoring import fmt
-from autograder.submission.notebooks import load_nbformat
+from autograder.submission.notebooks import load_nbformat, notebook_name
 
 MARKER = "Hidden graders (mha kit):"  # how the comment the kit writes begins, before the score it wrote
 
@@ -107,9 +108,10 @@ def known_assignments(course: Path) -> list[str]:
         return sorted(a.name for a in gb.assignments)
 
 
-def sync_course(course: Path, assignment: str = ASSIGNMENT, students=None, *, overwrite_manual: bool = False,
+def sync_course(course_dir: Path, assignment: str = ASSIGNMENT, students=None, *, overwrite_manual: bool = False,
                 progress=None, **grade_options) -> list[Synced]:
-    """Grade the submissions of `assignment` and write the module figures into the gradebook.
+    """Grade the submissions of `assignment` in the nbgrader course folder `course_dir` and write the module figures
+    into its gradebook.
 
     Raises SyncError when the course has no gradebook, the gradebook knows no
     assignment `assignment` (the message names those it knows), a student
@@ -128,9 +130,8 @@ def sync_course(course: Path, assignment: str = ASSIGNMENT, students=None, *, ov
     from autograder.sandbox.errors import GraderUnavailable
 
     os.environ["PATH"] = nbgrader_env()["PATH"]  # the gradebook runs the `alembic` script
-    course = Path(course)
-    submitted = course / "submitted"
-    db = course / "gradebook.db"
+    submitted = Path(course_dir) / "submitted"
+    db = Path(course_dir) / "gradebook.db"
     if not db.is_file():
         raise SyncError(f"{db} does not exist: run `nbgrader generate_assignment` and `nbgrader autograde` first")
     results = []
@@ -158,10 +159,10 @@ def sync_course(course: Path, assignment: str = ASSIGNMENT, students=None, *, ov
                 continue
             fig = report.figures()
             written, kept, to_fix = {}, {}, {}
-            for module, figure in fig.modules.items():
-                if module not in NOTEBOOKS:
+            for module, figure in fig.modules.items():  # the parts handed out (a course file's: kvcache too)
+                if module not in PARTS:
                     continue
-                notebook = NOTEBOOKS[module].removesuffix(".ipynb")
+                notebook = notebook_name(module).removesuffix(".ipynb")
                 try:
                     nb = gb.find_submission_notebook(notebook, assignment, student)
                 except MissingEntry:
@@ -171,7 +172,7 @@ def sync_course(course: Path, assignment: str = ASSIGNMENT, students=None, *, ov
                 grades = [g for g in nb.grades if g.name == cell]
                 if not grades:
                     raise SyncError(f"{notebook} has no task cell {cell} in the gradebook: was it released from "
-                                    "the kit's assignments/ notebooks?")
+                                    "the kit's source notebooks (`grader_cli.py release --nbgrader-source`)?")
                 target = grades[0]
                 comment = next((c for c in nb.comments if c.name == cell), None)
                 if not overwrite_manual and not _written_by_kit(target, comment):
