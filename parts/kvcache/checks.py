@@ -18,7 +18,7 @@ WORKED = [[-0.0921, -0.0366, -0.5821, -0.3076], [-0.1220, -0.0523, -0.6792, -0.3
 
 
 @check("kvcache", "worked example: KVCacheAttention(4, 4, 6, 0.0, 2) after torch.manual_seed(123) decodes the six "
-       "tokens of 《多头注意力》 one at a time into the full causal pass's rows", "KVCacheAttention",
+       "tokens of 《多头注意力：堆叠与权重分割》 one at a time into the full causal pass's rows", "KVCacheAttention",
        cell="check-worked-example")
 def _():
     import torch
