@@ -303,6 +303,177 @@ def part_checks(module: str) -> str:
     return text.strip("\n") + "\n"
 
 
+CHECK_HELPERS = "check-helpers"  # the grade id of each notebook's cell of the check cells' helpers
+_HELPERS_BLOCK = re.compile(r"^# BEGIN HELPERS\b[^\n]*\n(?:#[^\n]*\n)*(.*?)^# END HELPERS\n", re.S | re.M)
+
+# The check cells' own `check` and `show`, after the self-check's helpers in each notebook's check-helpers cell.
+NOTEBOOK_CHECK = '''
+
+def check(module, title, subject, cell=None):
+    """Run the check below at once, `from <module> import ...` taking what this notebook has defined so far, and
+    print "OK: <title>"; a failure raises AssertionError: what was expected, what came back, and the hint (an
+    error of your code stays above it, with its traceback). In the module that grading makes of this notebook
+    (not run as __main__), a check is only defined, never run."""
+    def run(fn):
+        if __name__ != "__main__":
+            return fn
+        import sys
+        import types
+
+        own, before = types.ModuleType(module), sys.modules.get(module)
+        own.__dict__.update({name: value for name, value in globals().items() if not name.startswith("__")})
+        sys.modules[module] = own
+        try:
+            fn()
+        except Failed as failed:
+            cause = failed.__context__ if failed.__suppress_context__ else failed.__cause__  # your code's error
+            text = str(failed) + (f"\\nhint: {failed.hint}" if failed.hint else "")
+            raise AssertionError(text).with_traceback(failed.__traceback__) from cause
+        finally:
+            if before is None:
+                sys.modules.pop(module, None)
+            else:
+                sys.modules[module] = before
+        print(f"OK: {title}")
+        return fn
+    return run
+
+
+def show(*values, **options):
+    """What a worked example computed."""
+    print(*values, **options)
+'''
+
+_HELPERS_HEAD = (
+    "# The helpers of this notebook's check cells, the self-check's own (selfcheck.py): each check cell below runs\n"
+    "# its check at once and prints \"OK: ...\", or fails saying what was expected, what came back and a hint.\n"
+    "# Written by the kit's release step; nothing to do in this cell.\n"
+    "import math\n\n\n")
+
+
+def _is_check(node) -> bool:
+    return isinstance(node, ast.FunctionDef) and any(
+        isinstance(d, ast.Call) and isinstance(d.func, ast.Name) and d.func.id == "check" for d in node.decorator_list)
+
+
+def _check_cell(node, module: str) -> str:
+    """The `cell=` a check's decorator names; ValueError naming the part and the check when there is none."""
+    call = next(d for d in node.decorator_list if isinstance(d, ast.Call) and getattr(d.func, "id", None) == "check")
+    cell = next((k.value for k in call.keywords if k.arg == "cell"), None)
+    if isinstance(cell, ast.Constant) and isinstance(cell.value, str) and cell.value.startswith("check-") \
+            and cell.value != CHECK_HELPERS:
+        return cell.value
+    title = call.args[1] if len(call.args) > 1 else None
+    title = repr(title.value) if isinstance(title, ast.Constant) else f"at line {node.lineno}"
+    raise ValueError(f"part {module!r}: the check {title} of parts/{module}/checks.py names no check cell of "
+                     f"{notebook_name(module)}: give its @check a cell=\"check-...\" (the grade id of the cell that "
+                     f"runs it)")
+
+
+def part_check_cells(module: str, text: str | None = None) -> tuple[str, dict[str, str]]:
+    """parts/<module>/checks.py (`text`: its text, default the file's) as the notebook holds it: the code that is
+    not a check (constants the checks share), for the check-helpers cell, and cell grade id -> the source of the
+    check cell, each check (decorator and function, with the comments above it) in the cell its `cell=` names,
+    in the file's order. ValueError, naming the part and the check, for a check that names no cell."""
+    text = (PARTS_DIR / module / "checks.py").read_text(encoding="utf-8") if text is None else text
+    lines = text.splitlines(keepends=True)
+    tree = ast.parse(text)
+    body = tree.body[1:] if ast.get_docstring(tree) is not None else tree.body
+    preamble, cells, end = [], {}, _after_docstring(text)
+    for node in body:
+        chunk = "".join(lines[end:node.end_lineno]).strip("\n")  # the comments above it go with it
+        end = node.end_lineno
+        if _is_check(node):
+            cells.setdefault(_check_cell(node, module), []).append(chunk)
+        else:
+            preamble.append(chunk)
+    return "\n\n".join(preamble), {cell: "\n\n\n".join(chunks) + "\n" for cell, chunks in cells.items()}
+
+
+def helpers_cell_text(preamble: str = "") -> str:
+    """The source of a notebook's check-helpers cell: the self-check's helpers (autograder/selfcheck.py, between
+    its HELPERS markers), the notebook's `check` and `show`, and the part's own constants (`preamble`)."""
+    found = _HELPERS_BLOCK.findall(SELF_CHECK.read_text(encoding="utf-8"))
+    if len(found) != 1:
+        raise ValueError(f"{SELF_CHECK.name}: expected one block from '# BEGIN HELPERS' to '# END HELPERS'")
+    text = _HELPERS_HEAD + found[0].strip("\n") + "\n" + NOTEBOOK_CHECK
+    return text + (f"\n\n{preamble.strip(chr(10))}\n" if preamble.strip() else "")
+
+
+def _grade_id(cell) -> str | None:
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+
+
+def is_check_cell(cell) -> bool:
+    """A public check cell of a notebook: a code cell whose nbgrader grade id starts with check- (the helpers' cell
+    aside)."""
+    gid = _grade_id(cell) or ""
+    return cell.get("cell_type") == "code" and gid.startswith("check-") and gid != CHECK_HELPERS
+
+
+def write_check_cells(nb: dict, module: str, checks_text: str | None = None) -> dict:
+    """Write the check cells of the source notebook `nb` of part `module` from its checks.py (`checks_text`,
+    default the file's), each in its place with its metadata, and its check-helpers cell (before them, after the
+    module cell). ValueError naming the part and the cell for a check cell that runs no check, a check that names
+    a cell the notebook lacks, and a helpers cell missing or out of place."""
+    preamble, sources = part_check_cells(module, checks_text)
+    where = f"parts/{module}/notebook.ipynb"
+    ids = [_grade_id(c) for c in nb["cells"]]
+    checks = [i for i, c in enumerate(nb["cells"]) if is_check_cell(c)]
+    for cell in sources:
+        if cell not in ids:
+            raise ValueError(f"part {module!r}: parts/{module}/checks.py names the check cell {cell!r}, which {where} "
+                             f"does not have (a code cell with that nbgrader grade_id)")
+    for i in checks:
+        if _grade_id(nb["cells"][i]) not in sources:
+            raise ValueError(f"part {module!r}: the check cell {_grade_id(nb['cells'][i])!r} of {where} runs no check "
+                             f"of parts/{module}/checks.py: name it in a check's cell=, or remove the cell")
+    helpers = [i for i, gid in enumerate(ids) if gid == CHECK_HELPERS]
+    code = ids.index(f"{module}-code") if f"{module}-code" in ids else -1
+    if len(helpers) != 1 or nb["cells"][helpers[0]].get("cell_type") != "code" or not code < helpers[0] < min(checks, default=len(ids)):
+        raise ValueError(f"part {module!r}: {where} needs one code cell with grade_id {CHECK_HELPERS!r} after its "
+                         f"module cell and before its first check cell (the release writes its source)")
+    nb["cells"][helpers[0]]["source"] = helpers_cell_text(preamble)
+    for i in checks:
+        nb["cells"][i]["source"] = sources[_grade_id(nb["cells"][i])]
+    return nb
+
+
+def _check_cell_problems(parts_root: Path) -> list[tuple[bool, str]]:
+    """(refused, message) for each part whose check cells the release cannot write (refused) or whose source
+    notebook holds a check cell that is not what the release writes from its checks.py."""
+    out = []
+    for module in PARTS:
+        path = parts_root / module / "notebook.ipynb"
+        nb = _load(path.read_text(encoding="utf-8"))
+        before = {_grade_id(c): c["source"] for c in nb["cells"] if is_check_cell(c) or _grade_id(c) == CHECK_HELPERS}
+        try:
+            write_check_cells(nb, module, (parts_root / module / "checks.py").read_text(encoding="utf-8"))
+        except ValueError as exc:
+            out.append((True, str(exc)))
+            continue
+        for cell in nb["cells"]:
+            gid = _grade_id(cell)
+            if gid in before and before[gid] != cell["source"]:
+                out.append((False, f"part {module!r}: the check cell {gid!r} of parts/{module}/notebook.ipynb differs "
+                                   f"from what the release writes from parts/{module}/checks.py (the checks are "
+                                   f"written once, there)"))
+    return out
+
+
+def drifted_check_cells(parts_root: Path = PARTS_DIR) -> list[str]:
+    """The check cells (and check-helpers cells) of the parts' source notebooks that are not what the release
+    writes from the part's checks.py, and the parts whose check cells it cannot write (a check that names no
+    cell, or a cell the notebook lacks; a check cell that runs no check), each named with its part and cell; []
+    when every one is as written."""
+    return [message for _, message in _check_cell_problems(parts_root)]
+
+
+def refused_check_cells(parts_root: Path = PARTS_DIR) -> list[str]:
+    """Of drifted_check_cells(), those the release refuses (it cannot write the part's check cells)."""
+    return [message for refused, message in _check_cell_problems(parts_root) if refused]
+
+
 def selfcheck_text(points: dict[str, Points] | None = None, kit: bool = False) -> str:
     """The self-check, its POINTS line written from the graders' markers (`points`: the parts handed out) and,
     unless `kit` (the kit's own autograder/selfcheck.py, which reads them from the part folders), the public checks
@@ -579,6 +750,7 @@ def _synced(points: dict[str, Points], total=None) -> dict[str, str]:
     for module in (m for m in PARTS if m in points):
         nb = _load((PARTS_DIR / module / "notebook.ipynb").read_text(encoding="utf-8"))
         module_cell(nb, module)["source"] = _solution(module)
+        write_check_cells(nb, module)
         task = task_cell(nb, module)
         task["source"] = task_cell_text(module, points[module], total)
         task["metadata"]["nbgrader"]["points"] = points[module].points

@@ -32,14 +32,22 @@ POINTS = {"attention": 23, "heads": 15, "masks": 8, "mha": 40, "positional": 14}
 CHECKS = []
 
 
-def check(module, title, subject):
-    """Register a check of `subject`: the names of `module` it calls, space-separated."""
+def check(module, title, subject, cell=None):
+    """Register a check of `subject`: the names of `module` it calls, space-separated. `cell`: the grade id of
+    the check cell of the module's notebook that runs it too (the release writes the check there)."""
     def register(fn):
         CHECKS.append((module, title, subject, fn))
         return fn
     return register
 
 
+def show(*values, **options):
+    """What a worked example computed, printed by the notebook's check cell (as print(*values, **options)); the
+    self-check prints only whether each check passed."""
+
+
+# BEGIN HELPERS: the check cells of the notebooks hold these too (the kit's release step writes them into each
+# notebook's check-helpers cell), with a `check` that runs the check at once and a `show` that prints.
 MASK_LEGEND = "✓ may attend, · blocked"  # the graders' legend too
 
 
@@ -80,7 +88,7 @@ def near(got, expected, what, hint=None, tol=1e-4):
     got = got.detach().double().cpu()
     if torch.allclose(got, expected, atol=tol, rtol=0):
         return
-    if expected.numel() <= 12:
+    if expected.numel() <= 24:  # up to six rows of four: the rows, as the reports write them
         want, have = (t.reshape(-1, t.shape[-1] if t.dim() else 1).tolist() for t in (expected, got))
         raise Failed(f"{what}: expected {_rows(want)}, got {_rows(have)}", hint)
     wrong = ~torch.isclose(got, expected, atol=tol, rtol=0)
@@ -127,6 +135,7 @@ SEED_004 = [[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],
             [0.22, 0.58, 0.33], [0.77, 0.25, 0.10], [0.05, 0.80, 0.55]]
 # A (4, 4) mask, True = may attend (01_attention.ipynb's): the same for every batch and head.
 MASK = [[True, False, True, False], [True, True, False, False], [False, True, True, True], [True, True, True, True]]
+# END HELPERS
 
 
 # BEGIN CHECKS: in the shipped selfcheck.py the release writes here the public checks of each part handed out,

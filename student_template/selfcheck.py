@@ -32,14 +32,22 @@ POINTS = {"attention": 23, "heads": 15, "masks": 8, "mha": 40, "positional": 14}
 CHECKS = []
 
 
-def check(module, title, subject):
-    """Register a check of `subject`: the names of `module` it calls, space-separated."""
+def check(module, title, subject, cell=None):
+    """Register a check of `subject`: the names of `module` it calls, space-separated. `cell`: the grade id of
+    the check cell of the module's notebook that runs it too (the release writes the check there)."""
     def register(fn):
         CHECKS.append((module, title, subject, fn))
         return fn
     return register
 
 
+def show(*values, **options):
+    """What a worked example computed, printed by the notebook's check cell (as print(*values, **options)); the
+    self-check prints only whether each check passed."""
+
+
+# BEGIN HELPERS: the check cells of the notebooks hold these too (the kit's release step writes them into each
+# notebook's check-helpers cell), with a `check` that runs the check at once and a `show` that prints.
 MASK_LEGEND = "✓ may attend, · blocked"  # the graders' legend too
 
 
@@ -80,7 +88,7 @@ def near(got, expected, what, hint=None, tol=1e-4):
     got = got.detach().double().cpu()
     if torch.allclose(got, expected, atol=tol, rtol=0):
         return
-    if expected.numel() <= 12:
+    if expected.numel() <= 24:  # up to six rows of four: the rows, as the reports write them
         want, have = (t.reshape(-1, t.shape[-1] if t.dim() else 1).tolist() for t in (expected, got))
         raise Failed(f"{what}: expected {_rows(want)}, got {_rows(have)}", hint)
     wrong = ~torch.isclose(got, expected, atol=tol, rtol=0)
@@ -127,36 +135,48 @@ SEED_004 = [[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],
             [0.22, 0.58, 0.33], [0.77, 0.25, 0.10], [0.05, 0.80, 0.55]]
 # A (4, 4) mask, True = may attend (01_attention.ipynb's): the same for every batch and head.
 MASK = [[True, False, True, False], [True, True, False, False], [False, True, True, True], [True, True, True, True]]
+# END HELPERS
 
 
-@check("attention", "《Self-Attention详解》: b1 = (0.33, 0.67), b2 = (0.50, 0.50)", "scaled_dot_product_attention")
+@check("attention", "《Self-Attention详解》: b1 = (0.33, 0.67), b2 = (0.50, 0.50)", "scaled_dot_product_attention",
+       cell="check-seed-001")
 def _():
     import torch
     from attention import scaled_dot_product_attention
 
-    q, eye = torch.tensor([[1.0, 2.0], [1.0, 1.0]]), torch.eye(2)
+    a = torch.tensor([[1.0, 1.0], [1.0, 0.0]])  # a1, a2
+    w_q = torch.tensor([[1.0, 1.0], [0.0, 1.0]])
+    q, eye = a @ w_q, torch.eye(2)  # q1 = (1, 2), q2 = (1, 1); K = V = I: k1 = v1 = (1, 0), k2 = v2 = (0, 1)
+    show("Q =", q.tolist(), "  scaled scores of q1:", [round(s, 2) for s in (q[0] @ eye.T / math.sqrt(2)).tolist()])
     out, weights = scaled_dot_product_attention(q, eye, eye)
     b1 = 1 / (1 + math.exp(-1 / math.sqrt(2)))
     near(out, [[1 - b1, b1], [0.5, 0.5]], "b1, b2",
          "did you divide the scores by sqrt(d_k) = sqrt(2)? Dividing by d_k gives b1 = (0.38, 0.62), not "
          "dividing at all (0.27, 0.73)")
+    near(weights, out.tolist(), "the weights", "with V = I the output equals the weights", tol=1e-6)
+    show("b1 =", [round(v, 4) for v in out[0].tolist()], "  b2 =", [round(v, 4) for v in out[1].tolist()])
 
 
-@check("attention", "shapes: output (..., L, d_v), weights (..., L, S); rows sum to 1", "scaled_dot_product_attention")
+@check("attention", "shapes: output (..., L, d_v), weights (..., L, S); rows sum to 1; output as "
+       "F.scaled_dot_product_attention's", "scaled_dot_product_attention", cell="check-rows-and-mask")
 def _():
     import torch
+    import torch.nn.functional as F
     from attention import scaled_dot_product_attention
 
-    q, k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 7, 4), torch.randn(2, 3, 7, 6)
+    q, k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 7, 4), torch.randn(2, 3, 7, 6)  # (batch, heads, L or S, d)
     out, weights = scaled_dot_product_attention(q, k, v)
     shape(out, (2, 3, 5, 6), "output for query (2, 3, 5, 4), key (2, 3, 7, 4), value (2, 3, 7, 6)")
     shape(weights, (2, 3, 5, 7), "weights for the same")
-    near(weights.sum(-1), [[[1.0] * 5] * 3] * 2, "the sums of the rows of the weights",
-         "each row of weights must be positive and sum to 1: softmax over the last dim (the keys)", tol=1e-5)
+    rows_hint = "each row of weights must be positive and sum to 1: softmax over the last dim (the keys)"
+    holds((weights >= 0).all(), "the weights have negative entries", rows_hint)
+    near(weights.sum(-1), [[[1.0] * 5] * 3] * 2, "the sums of the rows of the weights", rows_hint, tol=1e-5)
+    near(out, F.scaled_dot_product_attention(q, k, v).tolist(), "the output, against F.scaled_dot_product_attention",
+         "the output should be the softmax of Q K^T / sqrt(d_k), over the keys, times V", tol=1e-5)
 
 
 @check("attention", f"with a (4, 4) mask: blocked keys get zero weight, rows still sum to 1 ({MASK_LEGEND})",
-       "scaled_dot_product_attention")
+       "scaled_dot_product_attention", cell="check-rows-and-mask")
 def _():
     import torch
     import torch.nn.functional as F
@@ -187,8 +207,9 @@ def _():
           "for every query", key_hint)
 
 
-@check("attention", "the dropout module acts on the weights; float64 stays float64, inputs untouched, output on "
-       "the inputs' device (meta)", "scaled_dot_product_attention")
+@check("attention", "output = weights @ value (L = 3, S = 5, d_v = 7); the dropout module acts on the weights; float64 "
+       "stays float64, inputs untouched, output on the inputs' device (meta)", "scaled_dot_product_attention",
+       cell="check-shapes")
 def _():
     import torch
     from attention import scaled_dot_product_attention
@@ -199,6 +220,10 @@ def _():
 
     q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 7)  # L = 3, S = 5, d_k = 4, d_v = 7
     out, weights = scaled_dot_product_attention(q, k, v)
+    shape(out, (2, 3, 7), "output for query (2, 3, 4), key (2, 5, 4), value (2, 5, 7)", "(batch, L, d_v) = (2, 3, 7)")
+    shape(weights, (2, 3, 5), "weights for the same", "(batch, L, S) = (2, 3, 5)")
+    near(out, (weights @ v).tolist(), "the output against weights @ value", "the output should be weights @ value",
+         tol=1e-6)
     dropout_hint = "the dropout module should be applied to the weights after the softmax: dropout(weights)"
     out_h, weights_h = hinted(lambda: scaled_dot_product_attention(q, k, v, dropout=Halve()), dropout_hint)
     near(weights_h, (weights / 2).tolist(), "the weights with a dropout module that halves them", dropout_hint,
@@ -219,39 +244,45 @@ def _():
           "create no tensor on a fixed device")
 
 
-@check("heads", "《Self-Attention详解》: q1 = (1, 1, 0, 1) splits into (1, 1) and (0, 1)", "split_heads")
+@check("heads", "《Self-Attention详解》: q1 = (1, 1, 0, 1) splits into (1, 1) and (0, 1)", "split_heads",
+       cell="check-seed-001-split")
 def _():
     import torch
     from heads import split_heads
 
-    got = split_heads(torch.tensor([[[1.0, 1.0, 0.0, 1.0]]]), 2)
+    q1 = torch.tensor([[[1.0, 1.0, 0.0, 1.0]]])  # (B, T, d_model) = (1, 1, 4)
+    got = split_heads(q1, 2)
     shape(got, (1, 2, 1, 2), "split_heads(q1 as (B, T, d_model) = (1, 1, 4), 2)",
           "expected (B, H, T, head_dim) = (1, 2, 1, 2)")
     near(got[0, :, 0], [[1.0, 1.0], [0.0, 1.0]], "head 1, head 2",
          "head 1 should hold features 0:2 = (1, 1), head 2 features 2:4 = (0, 1)")
+    show("shape:", tuple(got.shape), "  head 1:", got[0, 0, 0].tolist(), "  head 2:", got[0, 1, 0].tolist())
 
 
-@check("heads", "shapes: split (B, T, d_model) -> (B, H, T, head_dim); merge undoes split",
-       "split_heads merge_heads")
+@check("heads", "shapes: split (B, T, d_model) -> (B, H, T, head_dim) for H = 1, 2, 3, 4, 6, 12; merge undoes split",
+       "split_heads merge_heads", cell="check-shapes-and-inverse")
 def _():
     import torch
     from heads import merge_heads, split_heads
 
-    x = torch.randn(2, 5, 12)
-    heads = split_heads(x, 3)
-    shape(heads, (2, 3, 5, 4), "split_heads(x (2, 5, 12), 3)")
-    for h in range(3):
-        near(heads[:, h], x[:, :, h * 4:(h + 1) * 4].tolist(), f"head {h} of split_heads(x (2, 5, 12), 3)",
-             f"head {h} should hold features {h * 4}:{(h + 1) * 4} of every token", tol=1e-6)
-    near(merge_heads(heads), x.tolist(), "merge_heads(split_heads(x, 3))",
-         "merge_heads(split_heads(x)) should give x back", tol=1e-6)
+    x = torch.randn(2, 5, 12)  # (B, T, d_model)
+    for num_heads in (1, 2, 3, 4, 6, 12):
+        head_dim = 12 // num_heads
+        heads = split_heads(x, num_heads)
+        shape(heads, (2, num_heads, 5, head_dim), f"split_heads(x (2, 5, 12), {num_heads})")
+        for h in range(num_heads):
+            near(heads[:, h], x[:, :, h * head_dim:(h + 1) * head_dim].tolist(),
+                 f"head {h} of split_heads(x (2, 5, 12), {num_heads})",
+                 f"head {h} should hold features {h * head_dim}:{(h + 1) * head_dim} of every token", tol=1e-6)
+        near(merge_heads(heads), x.tolist(), f"merge_heads(split_heads(x, {num_heads}))",
+             "merge_heads(split_heads(x)) should give x back", tol=1e-6)
     context = torch.randn(2, 3, 5, 4)  # a fresh contiguous (B, H, T, head_dim) tensor, like `weights @ v`
     near(merge_heads(context)[:, :, 4:8], context[:, 1].tolist(), "features 4:8 of merge_heads of a fresh "
          "(2, 3, 5, 4) tensor", "head h should land in features h*head_dim:(h+1)*head_dim", tol=1e-6)
 
 
 @check("heads", "split_heads raises ValueError when num_heads does not divide d_model; float64 and meta kept",
-       "split_heads merge_heads")
+       "split_heads merge_heads", cell="check-value-error")
 def _():
     import torch
     from heads import merge_heads, split_heads
@@ -264,9 +295,27 @@ def _():
     holds(split_heads(x.float().to("meta"), 3).device.type == "meta", "split_heads should keep the meta device")
 
 
-@check("masks", f"causal_mask(4): bool, lower triangle with the diagonal ({MASK_LEGEND})", "causal_mask")
+@check("masks", "《多头注意力：堆叠与权重分割》's triu mask: causal_mask(T) == (triu(ones(T, T), diagonal=1) == 0), T = "
+       "1..6: the same mask, opposite polarity", "causal_mask", cell="check-seed-004-relation")
 def _():
     import torch
+    from masks import causal_mask
+
+    for t in range(1, 7):
+        blocked = torch.triu(torch.ones(t, t), diagonal=1)  # 《多头注意力：堆叠与权重分割》's: 1 = blocked
+        mask = causal_mask(t)
+        same = isinstance(mask, torch.Tensor) and mask.tolist() == (blocked == 0).tolist()
+        holds(same, f"causal_mask({t}) should be True exactly where triu(ones({t}, {t}), diagonal=1) is 0",
+              "the same mask, opposite polarity: True = may attend, j <= i")
+    show("triu(ones(6, 6), diagonal=1), 1 = blocked:", blocked.int(), "causal_mask(6), 1 = may attend:", mask.int(),
+         sep="\n")
+
+
+@check("masks", f"causal_mask(4): bool, lower triangle with the diagonal ({MASK_LEGEND}); T = 1, 2, 5, 16; as "
+       "attn_mask, what is_causal=True does", "causal_mask", cell="check-values")
+def _():
+    import torch
+    import torch.nn.functional as F
     from masks import causal_mask
 
     mask = causal_mask(4)
@@ -279,20 +328,42 @@ def _():
             f"causal_mask(4) ({MASK_LEGEND}):\n"
             + _side_by_side("expected", _drawn(torch.tensor(expected)), "got", _drawn(mask)),
             "True = may attend: j <= i")
+    for t in (1, 2, 5, 16):
+        holds(causal_mask(t).tolist() == torch.ones(t, t).tril().bool().tolist(),
+              f"causal_mask({t}) is not the bool lower triangle with the diagonal", "True = may attend: j <= i")
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 6, 4), torch.randn(2, 3, 6, 4), torch.randn(2, 3, 6, 4)
+    near(F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(6)),
+         F.scaled_dot_product_attention(q, k, v, is_causal=True).tolist(),
+         "F.scaled_dot_product_attention with attn_mask=causal_mask(6), against is_causal=True",
+         "True = may attend, the polarity of F.scaled_dot_product_attention's attn_mask", tol=1e-6)
 
 
-@check("masks", "causal_mask(5, device='meta') is a bool (5, 5) tensor on the meta device", "causal_mask")
+@check("masks", "causal_mask(5, device='meta') is a bool (5, 5) tensor on the meta device; device=None: torch's "
+       "default device; a torch.device works too", "causal_mask", cell="check-device")
 def _():
+    import torch
     from masks import causal_mask
 
+    device_hint = "build the mask on `device` (torch.ones(..., dtype=torch.bool, device=device))"
     mask = causal_mask(5, device="meta")
     holds(mask.device.type == "meta", f"causal_mask(5, device='meta') should be on the meta device, got {mask.device}",
-          "build the mask on `device` (torch.ones(..., dtype=torch.bool, device=device))")
+          device_hint)
+    holds(mask.dtype == torch.bool, f"causal_mask(5, device='meta') should be a bool tensor, got {mask.dtype}")
     shape(mask, (5, 5), "causal_mask(5, device='meta')")
+    holds(causal_mask(5).device == torch.empty(0).device,
+          f"causal_mask(5) should be on torch's default device ({torch.empty(0).device}), got {causal_mask(5).device}",
+          "device=None: the default device, as torch.ones(..., device=None) does")
+    holds(causal_mask(5, device=torch.device("cpu")).device.type == "cpu",
+          "causal_mask(5, device=torch.device('cpu')) should be on the CPU", device_hint)
+    if torch.cuda.is_available():
+        gpu = causal_mask(5, device="cuda")
+        holds(gpu.is_cuda and torch.equal(gpu.cpu(), causal_mask(5)),
+              "causal_mask(5, device='cuda') should be the same mask on the GPU", device_hint)
 
 
 @check("mha", "CausalAttention(3, 2, 6): nn.Linear Wq, Wk, Wv without bias; token 0 sees only itself; shorter "
-       "inputs work", "CausalAttention")
+       "inputs work", "CausalAttention", cell="check-causal-attention")
 def _():
     import torch
     from mha import CausalAttention
@@ -308,6 +379,7 @@ def _():
             holds(isinstance(layer, torch.nn.Linear), f"CausalAttention needs an nn.Linear attribute named {name}")
             holds(tuple(layer.weight.shape) == (2, 3) and layer.bias is None,
                   f"{name} should be nn.Linear(3, 2, bias=False)")
+        show(out[0])
         near(out[:, 0], head.Wv(batch[:, 0]).tolist(), "the output at token 0",
              "the first token may only attend to itself, so its output should be its own value vector", tol=1e-6)
         short_hint = "a shorter input (T = 4 < context_length = 6) should work too: slice the mask to (T, T)"
@@ -316,26 +388,8 @@ def _():
     holds(CausalAttention(3, 2, 6, qkv_bias=True).Wq.bias is not None, "qkv_bias=True should give Wq, Wk, Wv a bias")
 
 
-@check("mha", "《多头注意力：堆叠与权重分割》: fused MultiHeadAttention(3, 4, 6, 0.0, 2) after torch.manual_seed(123)",
-       "MultiHeadAttention")
-def _():
-    import torch
-    from mha import MultiHeadAttention
-
-    torch.manual_seed(123)
-    module = MultiHeadAttention(3, 4, 6, 0.0, 2)
-    with torch.no_grad():
-        out = module(torch.tensor([SEED_004, SEED_004]))
-    shape(out, (2, 6, 4), "the output for the tutorial's batch (2, 6, 3)")
-    order = [name for name, _ in module.named_children() if name in ("Wq", "Wk", "Wv", "Wo")]
-    near(out[0, [0, -1]], [[0.1184, 0.3120, -0.0847, -0.5774], [-0.0132, 0.2990, -0.0689, -0.3490]],
-         "the first and last rows of the output (tokens 'Your' and 'step')",
-         "the numbers depend on the seed and on the order the layers draw their weights: Wq, Wk, Wv, then Wo"
-         + (f" (your layers were created in the order {order})" if order != ["Wq", "Wk", "Wv", "Wo"] else ""))
-
-
 @check("mha", "《多头注意力：堆叠与权重分割》: stacked heads with W = torch.rand(3, 2) after torch.manual_seed(123), all six rows",
-       "StackedMultiHeadAttention CausalAttention")
+       "StackedMultiHeadAttention CausalAttention", cell="check-seed-004-stacked")
 def _():
     import torch
     from mha import StackedMultiHeadAttention
@@ -353,10 +407,61 @@ def _():
                   [0.2865, 0.7897, 1.4100, 1.0398], [0.2990, 0.8040, 1.4025, 1.0361]],  # itself: no scaling shows
          "the six rows of the output", "row 0 attends only to itself: if it alone is right, check the scaling "
          "(sqrt(d_k)) and the mask")
+    near(out[1], out[0].tolist(), "the second copy of the batch against the first", "each sequence of the batch is "
+         "attended to alone: the two copies give the same output", tol=1e-6)
+    show(out)
+
+
+@check("mha", "《多头注意力：堆叠与权重分割》: fused MultiHeadAttention(3, 4, 6, 0.0, 2) after torch.manual_seed(123), all six rows",
+       "MultiHeadAttention", cell="check-seed-004-fused")
+def _():
+    import torch
+    from mha import MultiHeadAttention
+
+    torch.manual_seed(123)
+    module = MultiHeadAttention(3, 4, 6, 0.0, 2)
+    with torch.no_grad():
+        out = module(torch.tensor([SEED_004, SEED_004]))
+    shape(out, (2, 6, 4), "the output for the tutorial's batch (2, 6, 3)")
+    order = [name for name, _ in module.named_children() if name in ("Wq", "Wk", "Wv", "Wo")]
+    near(out[0], [[0.1184, 0.3120, -0.0847, -0.5774], [0.0178, 0.3221, -0.0763, -0.4225],
+                  [-0.0147, 0.3259, -0.0734, -0.3721], [-0.0116, 0.3138, -0.0708, -0.3624],
+                  [-0.0117, 0.2973, -0.0698, -0.3543], [-0.0132, 0.2990, -0.0689, -0.3490]],
+         "the six rows of the output (tokens 'Your' to 'step')",
+         f"your layers were created in the order {order}; the tutorial's numbers need Wq, Wk, Wv, then Wo (the seed's "
+         "draws go to the layers in the order they are made)" if order != ["Wq", "Wk", "Wv", "Wo"] else
+         "row 0 attends only to itself: if it alone is right, check the scaling (sqrt(head_dim)) and the mask")
+    near(out[1], out[0].tolist(), "the second copy of the batch against the first", "each sequence of the batch is "
+         "attended to alone: the two copies give the same output", tol=1e-6)
+    show(out)
+
+
+@check("mha", "the fused module equals the stacked one given the same per-head weights, Wo = identity and a zero "
+       "bias", "MultiHeadAttention StackedMultiHeadAttention", cell="check-fused-equals-stacked")
+def _():
+    import torch
+    from mha import MultiHeadAttention, StackedMultiHeadAttention
+
+    torch.manual_seed(1)
+    d_in, head_dim, num_heads, t = 5, 3, 4, 7
+    stacked = StackedMultiHeadAttention(d_in, head_dim, t, 0.0, num_heads)  # num_heads heads of width head_dim
+    fused = MultiHeadAttention(d_in, num_heads * head_dim, t, 0.0, num_heads)  # total width num_heads * head_dim
+    with torch.no_grad():
+        for name in ("Wq", "Wk", "Wv"):
+            rows = [getattr(head, name).weight for head in stacked.heads]  # each (head_dim, d_in)
+            getattr(fused, name).weight.copy_(torch.cat(rows, dim=0))  # (num_heads * head_dim, d_in)
+        fused.Wo.weight.copy_(torch.eye(num_heads * head_dim))
+        fused.Wo.bias.zero_()
+        x = torch.randn(2, t, d_in)
+        a, b = stacked(x), fused(x)
+    shape(a, (2, t, num_heads * head_dim), "the stacked output for x (2, 7, 5), 4 heads of width 3")
+    near(b, a.tolist(), "the fused output against the stacked one", "with the same per-head weights and Wo = I the "
+         "two agree: head h of the fused module is rows h*head_dim:(h+1)*head_dim of Wq, Wk, Wv", tol=1e-5)
+    show("largest difference:", (a - b).abs().max().item())
 
 
 @check("mha", "all three modules are causal and follow .to('meta'); num_heads must divide d_out",
-       "CausalAttention StackedMultiHeadAttention MultiHeadAttention")
+       "CausalAttention StackedMultiHeadAttention MultiHeadAttention", cell="check-causality")
 def _():
     import torch
     from mha import CausalAttention, MultiHeadAttention, StackedMultiHeadAttention
@@ -374,6 +479,9 @@ def _():
             holds(torch.allclose(before[:, :4], after[:, :4], atol=1e-6),
                   f"{name} is not causal: changing tokens 4 and 5 changed the outputs at positions 0..3",
                   "position i may only attend to positions j <= i (the mask: True = may attend)", name)
+            holds(not torch.allclose(before[:, 4:], after[:, 4:]),
+                  f"{name}: the outputs at positions 4 and 5 did not change with their own tokens",
+                  "position i attends to itself too: j <= i, the diagonal included", name)
     raises_value_error(lambda: MultiHeadAttention(3, 10, 6, 0.0, 3), "MultiHeadAttention(3, 10, 6, 0.0, 3)",
                        "3 heads do not divide d_out = 10")
     meta_hint = "is the mask a buffer? nothing may be created on a fixed device"
@@ -385,24 +493,45 @@ def _():
               f"is on {out.device}", meta_hint, name)
 
 
-@check("positional", "sinusoidal_encoding(4, 8): position 0 = (0, 1, 0, 1, ...), PE[1, :2] = (sin 1, cos 1); "
-       "an odd d_model raises ValueError",
-       "sinusoidal_encoding")
+@check("positional", "sinusoidal_encoding(10, 8): position 0 = (0, 1, 0, 1, ...), PE[1, :2] = (sin 1, cos 1), the "
+       "whole table", "sinusoidal_encoding", cell="check-values")
 def _():
     from positional import sinusoidal_encoding
 
-    pe = sinusoidal_encoding(4, 8)
-    shape(pe, (4, 8), "sinusoidal_encoding(4, 8)")
+    pe = sinusoidal_encoding(10, 8)
+    shape(pe, (10, 8), "sinusoidal_encoding(10, 8)")
     near(pe[:1], [[0.0, 1.0] * 4], "position 0 (PE[0])", "sines in the even columns, cosines in the odd ones",
          tol=1e-5)
     near(pe[1:2, :2], [[math.sin(1.0), math.cos(1.0)]], "PE[1, 0], PE[1, 1]",
          "PE[1, 0] should be sin(1) = 0.8415 and PE[1, 1] cos(1) = 0.5403")
+    near(pe[1:2, 2:4], [[math.sin(0.1), math.cos(0.1)]], "PE[1, 2], PE[1, 3]",
+         "pair i = 1 turns at 1 / 10000^(2/8) = 0.1 per position: sin(0.1) = 0.0998, cos(0.1) = 0.9950")
+    near(pe, [[math.sin(p / 10000 ** (2 * (c // 2) / 8)) if c % 2 == 0 else math.cos(p / 10000 ** (2 * (c // 2) / 8))
+               for c in range(8)] for p in range(10)], "the table sinusoidal_encoding(10, 8)",
+         "PE[p, 2i] = sin(p / 10000^(2i/d_model)), PE[p, 2i+1] = cos(p / 10000^(2i/d_model)), interleaved", tol=1e-5)
+    for p in range(3):
+        show(f"PE[{p}] =", " ".join(f"{v:7.4f}" for v in pe[p].tolist()))
+
+
+@check("positional", "sinusoidal_encoding(T, d_model): shape (T, d_model) in torch's default dtype, values in "
+       "[-1, 1]; an odd d_model raises ValueError", "sinusoidal_encoding", cell="check-shape-dtype-errors")
+def _():
+    import torch
+    from positional import sinusoidal_encoding
+
+    for seq_len, d_model in ((1, 2), (7, 10), (50, 64)):
+        pe = sinusoidal_encoding(seq_len, d_model)
+        shape(pe, (seq_len, d_model), f"sinusoidal_encoding({seq_len}, {d_model})")
+        holds(pe.dtype == torch.get_default_dtype(), f"sinusoidal_encoding({seq_len}, {d_model}) should be in torch's "
+              f"default dtype {torch.get_default_dtype()}, got {pe.dtype}")
+        holds(pe.abs().max() <= 1.0 + 1e-6, f"sinusoidal_encoding({seq_len}, {d_model}) has values outside [-1, 1]",
+              "every entry is a sine or a cosine")
     raises_value_error(lambda: sinusoidal_encoding(4, 5), "sinusoidal_encoding(4, 5)", "d_model must be even")
 
 
 @check("positional", "PositionalEncoding(16, max_len=50): a buffer `pe` of (50, 16), forward(x) = x + pe[:T], "
        "then dropout; it follows .to('meta')",
-       "PositionalEncoding")
+       "PositionalEncoding", cell="check-module")
 def _():
     import torch
     from positional import PositionalEncoding, sinusoidal_encoding
@@ -412,8 +541,12 @@ def _():
     holds("pe" in buffers, "PositionalEncoding(16, max_len=50) has no buffer named pe",
           "keep the table as a buffer named pe (in the state_dict, not a parameter)")
     shape(buffers["pe"], (50, 16), "the buffer pe", "(max_len, d_model) = (50, 16)")
+    near(buffers["pe"], sinusoidal_encoding(50, 16).tolist(), "the buffer pe against sinusoidal_encoding(50, 16)",
+         "the buffer holds the table: sinusoidal_encoding(max_len, d_model)", tol=1e-6)
     holds(len(list(layer.parameters())) == 0, "PositionalEncoding has trainable parameters",
           "the table is fixed: it should not be a trainable parameter")
+    holds("pe" in layer.state_dict(), "the buffer pe is not in the state_dict", "keep it a persistent buffer "
+          "(the default): it is saved with the module")
     x = torch.randn(2, 7, 16)
     near(hinted(lambda: layer(x), "forward(x) should be x + pe[:T], the table's first T = 7 rows"),
          (x + sinusoidal_encoding(7, 16)).tolist(), "forward(x) for x (2, 7, 16)", "forward(x) should be x + pe[:T]",

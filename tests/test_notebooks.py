@@ -10,7 +10,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from autograder.grade.engine import grade
-from autograder.release import ASSIGNMENT_DIR, NOTEBOOKS, module_cell
+from autograder.release import ASSIGNMENT_DIR, CHECK_HELPERS, NOTEBOOKS, module_cell
 from autograder.submission.notebooks import module_of_notebook, notebook_to_source
 from tests.conftest import MODULES, TEMPLATE
 
@@ -173,6 +173,20 @@ def _cell_code(module, grade_id=None, contains=None):
     return cells[0].source
 
 
+def _run_check_cell(module, grade_id, names):
+    """Run the check cell `grade_id` of `module`'s source notebook as the notebook runs it (after its check-helpers
+    cell, as __main__), with `names` (the student's definitions) in place of its module cell; what it printed."""
+    import contextlib
+    import io
+
+    namespace = {"__name__": "__main__", **names}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(_cell_code(module, CHECK_HELPERS), namespace)
+        exec(_cell_code(module, grade_id), namespace)
+    return out.getvalue()
+
+
 @pytest.mark.parametrize("divide, hint", [("d_k", True), ("1", True), ("math.sqrt(d_k)", False)])
 def test_notebook_01_hints_at_the_scaling_on_the_assert_a_scaling_bug_fails(divide, hint):
     import math
@@ -184,13 +198,12 @@ def test_notebook_01_hints_at_the_scaling_on_the_assert_a_scaling_bug_fails(divi
         weights = torch.softmax(q @ k.transpose(-2, -1) / eval(divide, {"math": math, "d_k": d_k}), dim=-1)
         return weights @ v, weights
 
-    code = _cell_code("attention", "check-seed-001")
-    namespace = {"scaled_dot_product_attention": attention}
+    names = {"scaled_dot_product_attention": attention}
     if not hint:
-        exec(code, namespace)
+        assert "OK: 《Self-Attention详解》" in _run_check_cell("attention", "check-seed-001", names)
         return
     with pytest.raises(AssertionError) as info:
-        exec(code, namespace)
+        _run_check_cell("attention", "check-seed-001", names)
     assert "sqrt(d_k)" in str(info.value), f"the failing assert gives no scaling hint: {info.value}"
 
 
@@ -224,16 +237,13 @@ def test_notebook_04_compares_the_whole_fused_example_and_names_the_layer_order_
                 x = x * math.sqrt(2)  # any change of the numbers with the layers in the right order
             return super().forward(x)
 
-    code = _cell_code("mha", "check-seed-004-fused")
-    batch = torch.tensor([[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64], [0.22, 0.58, 0.33],
-                          [0.77, 0.25, 0.10], [0.05, 0.80, 0.55]]).expand(2, 6, 3)
-    namespace = {"MultiHeadAttention": Student, "batch": batch}
+    names = {"MultiHeadAttention": Student}
     if bug is None:
-        exec(code, namespace)
+        assert "OK: 《多头注意力：堆叠与权重分割》: fused" in _run_check_cell("mha", "check-seed-004-fused", names)
         return
     with pytest.raises(AssertionError) as info:
-        exec(code, namespace)
-    assert "the six rows should be" in str(info.value)
+        _run_check_cell("mha", "check-seed-004-fused", names)
+    assert "the six rows of the output (tokens 'Your' to 'step'): expected [" in str(info.value)
     if hint:
         assert hint in str(info.value), info.value
     else:
@@ -654,16 +664,12 @@ def test_a_single_filled_notebook_names_the_missing_notebooks_once_in_a_short_re
 
 
 def _mha_namespace(**classes):
-    """The names 04_mha.ipynb's check cells use: the reference classes, `classes` in their place, the batch."""
-    import torch
-
+    """The names 04_mha.ipynb's check cells use: the reference classes, `classes` in their place."""
     from solutions import mha
 
-    batch = torch.tensor([[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64], [0.22, 0.58, 0.33],
-                          [0.77, 0.25, 0.10], [0.05, 0.80, 0.55]]).expand(2, 6, 3)
     names = {name: getattr(mha, name) for name in ("CausalAttention", "StackedMultiHeadAttention",
                                                    "MultiHeadAttention")}
-    return {**names, **classes, "batch": batch}
+    return {**names, **classes}
 
 
 def test_a_check_cells_hint_prints_when_the_students_forward_raises_first():
@@ -699,28 +705,31 @@ def test_a_check_cells_hint_prints_when_the_students_forward_raises_first():
         out, weights = scaled_dot_product_attention(q, k, v, mask, dropout)
         return out / torch.sqrt(torch.FloatTensor([1.0])), weights
 
-    for cell, namespace, hint in [
-        (_cell_code("mha", "check-causal-attention"), _mha_namespace(CausalAttention=Unsliced),
-         "a shorter input (T=4 < context_length=6) should work too: slice the mask to the input's length"),
-        (_cell_code("mha", "check-causality"), _mha_namespace(CausalAttention=PlainMask),
-         "CausalAttention should run on the meta device after .to('meta') (is the mask a buffer?): it raised "),
-        (_cell_code("positional", "check-module"),
+    for (module, grade_id), names, hint in [
+        (("mha", "check-causal-attention"), _mha_namespace(CausalAttention=Unsliced),
+         "\nhint: a shorter input (T = 4 < context_length = 6) should work too: slice the mask to (T, T)"),
+        (("mha", "check-causality"), _mha_namespace(CausalAttention=PlainMask),
+         "\nhint: CausalAttention after .to('meta'): is the mask a buffer? nothing may be created on a fixed device"),
+        (("positional", "check-module"),
          {"PositionalEncoding": WholeTable, "sinusoidal_encoding": sinusoidal_encoding},
-         "forward(x) should be x + pe[:T], the table's first T = 7 rows; it raised "),
-        (_cell_code("attention", "check-shapes"), {"scaled_dot_product_attention": cpu_scale},
-         "the output should live on the inputs' device: create no tensor on a fixed device; on meta inputs it "
-         "raised "),
+         "\nhint: forward(x) should be x + pe[:T], the table's first T = 7 rows"),
+        (("attention", "check-shapes"), {"scaled_dot_product_attention": cpu_scale},
+         "\nhint: on meta inputs: the output should live on the inputs' device; create no tensor on a fixed device"),
     ]:
         with pytest.raises(AssertionError) as info:
-            exec(cell, namespace)
+            _run_check_cell(module, grade_id, names)
         assert hint in str(info.value), info.value
-        assert isinstance(info.value.__cause__, Exception), "the student's own error is chained to the hint"
+        cause = info.value.__cause__
+        assert isinstance(cause, Exception) and not isinstance(cause, AssertionError), \
+            "the student's own error is chained to the hint"
+        assert str(info.value).startswith(f"{type(cause).__name__}: "), f"the error first, then the hint: {info.value}"
     with pytest.raises(RuntimeError) as info:  # a fault that is not of the device: no word of the buffer
-        exec(_cell_code("mha", "check-causality"), _mha_namespace(CausalAttention=Unsliced))
+        _run_check_cell("mha", "check-causality", _mha_namespace(CausalAttention=Unsliced))
     assert "buffer" not in str(info.value), info.value
     for grade_id in ("check-causal-attention", "check-causality"):
-        exec(_cell_code("mha", grade_id), _mha_namespace())  # the reference passes
-    exec(_cell_code("attention", "check-shapes"), {"scaled_dot_product_attention": scaled_dot_product_attention})
+        assert "OK: " in _run_check_cell("mha", grade_id, _mha_namespace())  # the reference passes
+    assert "OK: " in _run_check_cell("attention", "check-shapes",
+                                     {"scaled_dot_product_attention": scaled_dot_product_attention})
 
 
 def test_the_check_cells_write_numbers_to_4_decimals_as_the_reports_do():
@@ -739,12 +748,89 @@ def test_the_check_cells_write_numbers_to_4_decimals_as_the_reports_do():
         def forward(self, x):
             return super().forward(x * math.sqrt(2))
 
-    for grade_id, namespace, first in [
-            ("check-seed-004-fused", _mha_namespace(MultiHeadAttention=Off), "(0.1184, 0.3120, -0.0847, -0.5774)"),
+    for grade_id, namespace, first, what in [
+            ("check-seed-004-fused", _mha_namespace(MultiHeadAttention=Off), "(0.1184, 0.3120, -0.0847, -0.5774)",
+             " (tokens 'Your' to 'step')"),
             ("check-seed-004-stacked", _mha_namespace(StackedMultiHeadAttention=OffStacked),
-             "(0.1855, 0.8812, 1.3211, 0.8098)")]:
+             "(0.1855, 0.8812, 1.3211, 0.8098)", "")]:
         with pytest.raises(AssertionError) as info:
-            exec(_cell_code("mha", grade_id), namespace)
+            _run_check_cell("mha", grade_id, namespace)
         message = str(info.value)
-        assert f"the six rows should be {first}, " in message, message
+        assert f"the six rows of the output{what}: expected [{first}, " in message, message
         assert not re.search(r"\d\.\d{5,}", message), f"float noise in {message}"
+
+
+def _check_cells_run(nb, module):
+    """Run a notebook's module cell, its check-helpers cell and each of its check cells, in order, as the notebook
+    runs them (as __main__): grade id -> (its checks, what the check cell printed, the error it raised or None)."""
+    import contextlib
+    import io
+    import re
+
+    from autograder.release import is_check_cell
+
+    namespace, ran = {"__name__": "__main__"}, {}
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id not in (f"{module}-code", CHECK_HELPERS) and not is_check_cell(cell):
+            continue
+        out, error = io.StringIO(), None
+        try:
+            with contextlib.redirect_stdout(out):
+                exec(compile(cell.source, f"{module}:{grade_id}", "exec"), namespace)
+        except Exception as exc:  # a failed check: what the test says
+            error = exc
+        if is_check_cell(cell):
+            ran[grade_id] = (len(re.findall(r"^@check\(", cell.source, re.M)), out.getvalue(), error)
+        else:
+            assert error is None, f"{module}: the cell {grade_id} raised {error!r}"
+    return ran
+
+
+def test_every_check_cell_prints_ok_on_the_solution_and_fails_on_the_untouched_template():
+    """The check cells are written by the release from parts/<name>/checks.py (one cell may hold several checks):
+    run as the notebook runs them, on the reference each prints one "OK: <title>" line per check and raises
+    nothing; on the untouched template (its module cell the stub) each raises and prints no OK line."""
+    import sys
+
+    from autograder import PARTS
+    from autograder.release import _solution, render_stub
+    from autograder.submission.notebooks import notebook_name
+    from tests.conftest import SOLUTIONS
+
+    before, sys.path[:0] = set(sys.modules), [str(SOLUTIONS)]  # the kvcache notebook imports mha and positional
+    try:
+        for module in PARTS:
+            source = nbformat.read(ASSIGNMENT_DIR / notebook_name(module), as_version=4)
+            ran = _check_cells_run(source, module)
+            assert ran, f"{module}: no check cell"
+            for grade_id, (checks, printed, error) in ran.items():
+                assert error is None, f"{module}, {grade_id}: {error!r}"
+                assert printed.count("OK: ") == checks > 0, f"{module}, {grade_id}: {printed}"
+            if (TEMPLATE / notebook_name(module)).is_file():
+                template = nbformat.read(TEMPLATE / notebook_name(module), as_version=4)
+            else:  # an optional part: its module cell as nbgrader's release writes it, the stub
+                template = source
+                module_cell(template, module).source = render_stub(_solution(module))
+            for grade_id, (_, printed, error) in _check_cells_run(template, module).items():
+                assert isinstance(error, (NotImplementedError, AssertionError)), f"{module}, {grade_id}: {error!r}"
+                assert "OK: " not in printed, f"{module}, {grade_id}: {printed}"
+    finally:
+        sys.path.remove(str(SOLUTIONS))
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
+
+
+def test_the_module_graded_from_a_notebook_defines_its_checks_and_runs_none():
+    """The check-helpers and check cells define functions, which the module graded from the notebook keeps; there
+    (not run as __main__) a check is only defined: importing the module runs no check and prints nothing."""
+    import contextlib
+    import io
+
+    for module, name in NOTEBOOKS.items():
+        source = notebook_to_source(nbformat.read(ASSIGNMENT_DIR / name, as_version=4), module, name)
+        assert "@check(" in source, f"{name}: expected its checks in the graded module"
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(source, f"{module}.py", "exec"), {"__name__": module})
+        assert out.getvalue() == "", f"{name}: importing the graded module printed {out.getvalue()!r}"

@@ -80,8 +80,8 @@ def missing_pieces(name: str, parts_root: Path = registry.PARTS_DIR, kit: Path =
                            (f"{name}-hidden-graders", "the task cell that states the points")):
             if cell not in ids:
                 missing.append(f"the nbgrader cell {cell} ({what}) in parts/{name}/notebook.ipynb")
-        if cells and not any(str(c.get("id", "")).startswith("check-") for c in cells if c["cell_type"] == "code"):
-            missing.append(f"public check cells (code cells with an id check-...) in parts/{name}/notebook.ipynb")
+        if cells and not any(release.is_check_cell(c) for c in cells):
+            missing.append(f"public check cells (code cells with a grade_id check-...) in parts/{name}/notebook.ipynb")
 
     graders = folder / f"test_{name}.py"
     if not graders.is_file():
@@ -102,9 +102,16 @@ def missing_pieces(name: str, parts_root: Path = registry.PARTS_DIR, kit: Path =
         missing.append(f"its diagnoses, parts/{name}/diagnose.py (the known mistakes, computed from the reference)")
 
     checks = folder / "checks.py"
-    if f'@check("{name}",' not in (checks.read_text(encoding="utf-8") if checks.is_file() else ""):
+    text = checks.read_text(encoding="utf-8") if checks.is_file() else ""
+    if f'@check("{name}",' not in text:
         missing.append(f'public checks in parts/{name}/checks.py (@check("{name}", ...): the release writes them '
                        f'into selfcheck.py)')
+    elif notebook.is_file():
+        try:
+            release.write_check_cells(release._load(notebook.read_text(encoding="utf-8")), name, text)
+        except (ValueError, SyntaxError) as exc:  # a check that names no cell, a cell that runs no check, ...
+            missing.append(f"check cells written from its checks, each check naming its cell of "
+                           f"parts/{name}/notebook.ipynb and each check cell running a check ({exc})")
     corpus = folder / "corpus.toml"
     if name not in _planted_bugs(corpus.read_text(encoding="utf-8") if corpus.is_file() else ""):
         missing.append(f'a corpus case: a planted bug in {name}.py in parts/{name}/corpus.toml ([[bug]] with '
@@ -201,3 +208,24 @@ def test_a_parts_own_public_checks_are_shipped_in_the_selfcheck_only_when_it_is_
     assert with_kvcache.count('@check("kvcache"') == own > 0, (
         f"expected the {own} checks of parts/kvcache/checks.py in the self-check when kvcache is handed out")
     compile(with_kvcache, "selfcheck.py", "exec")
+
+
+def test_the_checklist_names_a_check_with_no_cell_and_a_check_cell_with_no_check(tmp_path):
+    """The public checks are written once, in checks.py: each names the notebook cell that runs it (cell=), and
+    each check cell of the notebook runs one at least; either missing is named, with the part and the cell."""
+    import shutil
+
+    shutil.copytree(registry.PARTS_DIR / "heads", tmp_path / "heads", ignore=shutil.ignore_patterns("__pycache__"))
+    checks = tmp_path / "heads" / "checks.py"
+    text = checks.read_text(encoding="utf-8")
+    checks.write_text(text.replace(', cell="check-value-error"', ""), encoding="utf-8")
+    missing = missing_pieces("heads", tmp_path)
+    assert len(missing) == 1 and missing[0].startswith(
+        "check cells written from its checks, each check naming its cell of parts/heads/notebook.ipynb and each "
+        "check cell running a check (part 'heads': the check 'split_heads raises ValueError when num_heads does not "
+        "divide d_model; float64 and meta kept' of parts/heads/checks.py names no check cell of 02_heads.ipynb"), missing
+    checks.write_text(text.replace('cell="check-value-error"', 'cell="check-shapes-and-inverse"'), encoding="utf-8")
+    assert missing_pieces("heads", tmp_path) == [
+        "check cells written from its checks, each check naming its cell of parts/heads/notebook.ipynb and each "
+        "check cell running a check (part 'heads': the check cell 'check-value-error' of parts/heads/notebook.ipynb "
+        "runs no check of parts/heads/checks.py: name it in a check's cell=, or remove the cell)"]

@@ -435,3 +435,59 @@ def test_the_shipped_selfcheck_holds_the_public_checks_of_the_parts_handed_out()
         b"[parts]\nattention = 23\nmasks = 16\nkvcache = 11\n")))
     assert [m for m in release.PARTS if f'@check("{m}",' in with_kvcache] == ["attention", "masks", "kvcache"]
     assert release.part_checks("kvcache") in with_kvcache and '"""The KV-cache part' not in with_kvcache
+
+
+def _parts_copy(tmp_path):
+    """The notebooks and public checks of every part, copied: a parts folder to edit."""
+    for module in release.PARTS:
+        (tmp_path / module).mkdir()
+        for name in ("notebook.ipynb", "checks.py"):
+            shutil.copyfile(release.PARTS_DIR / module / name, tmp_path / module / name)
+    return tmp_path
+
+
+def test_the_check_cells_are_written_from_the_parts_checks(tmp_path):
+    """Written once: each check cell of a source notebook holds the checks of parts/<name>/checks.py that name it
+    (`cell=`), the check-helpers cell the self-check's helpers; a cell edited in the notebook is named, with its part
+    and its cell, and `release --check` names the notebook."""
+    import json
+
+    assert release.drifted_check_cells() == []
+    for module in release.PARTS:
+        nb = json.loads((release.PARTS_DIR / module / "notebook.ipynb").read_text(encoding="utf-8"))
+        cells = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in nb["cells"]
+                 if release.is_check_cell(c) or c["metadata"].get("nbgrader", {}).get("grade_id") == "check-helpers"}
+        preamble, sources = release.part_check_cells(module)
+        assert cells == {"check-helpers": release.helpers_cell_text(preamble), **sources}, module
+        assert "\n".join(cells.values()).count("@check(") == release.part_checks(module).count("@check(")
+    parts = _parts_copy(tmp_path)
+    path = parts / "masks" / "notebook.ipynb"
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    cell = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "check-values")
+    cell["source"] = "".join(cell["source"]).replace("causal_mask(4)", "causal_mask(3)")
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    assert release.drifted_check_cells(parts) == [
+        "part 'masks': the check cell 'check-values' of parts/masks/notebook.ipynb differs from what the release "
+        "writes from parts/masks/checks.py (the checks are written once, there)"]
+    assert release.refused_check_cells(parts) == []  # the release writes it back
+    assert release.Step(parts, "parts/", release.part_notebooks, "sources").stale() == ["masks/notebook.ipynb"]
+
+
+def test_a_check_with_no_cell_or_a_cell_with_no_check_is_refused_naming_the_part_and_the_cell(tmp_path):
+    parts = _parts_copy(tmp_path)
+    checks = parts / "masks" / "checks.py"
+    text = checks.read_text(encoding="utf-8")
+    checks.write_text(text.replace(', cell="check-device"', ""), encoding="utf-8")
+    assert release.drifted_check_cells(parts) == [
+        "part 'masks': the check \"causal_mask(5, device='meta') is a bool (5, 5) tensor on the meta device; "
+        "device=None: torch's default device; a torch.device works too\" of parts/masks/checks.py names no "
+        "check cell of 03_masks.ipynb: give its @check a cell=\"check-...\" (the grade id of the cell that runs it)"]
+    checks.write_text(text.replace('cell="check-device"', 'cell="check-devices"'), encoding="utf-8")
+    assert release.drifted_check_cells(parts) == [
+        "part 'masks': parts/masks/checks.py names the check cell 'check-devices', which "
+        "parts/masks/notebook.ipynb does not have (a code cell with that nbgrader grade_id)"]
+    checks.write_text(text.replace('cell="check-device"', 'cell="check-values"'), encoding="utf-8")
+    assert release.drifted_check_cells(parts) == [
+        "part 'masks': the check cell 'check-device' of parts/masks/notebook.ipynb runs no check of "
+        "parts/masks/checks.py: name it in a check's cell=, or remove the cell"]
+    assert release.refused_check_cells(parts) == release.drifted_check_cells(parts)  # release refuses, saying why

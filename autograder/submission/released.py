@@ -13,23 +13,23 @@ NAMES: what each module defines, in the order of the contract.
 TEMPLATE_DIGESTS = {
     'attention': {
         'py': 'c94e15c16776b5bdf3dcadd188f796cca73d210e9ac311d2ba702c0ca6692824',
-        'ipynb': '0931c8686b6c02270964afe9a55446663f675932a0d557af0595bca5c584ec1c',
+        'ipynb': 'b39af87e27c03bcba45cdaceba4b98082e67f6470cc94145a41dfa3c59369397',
     },
     'heads': {
         'py': '21a2fa09f3f609c30d3aa606db22034099e1452b894037e30687d4324515176a',
-        'ipynb': 'd8e4eb2346dfba76ed4c4e9782bf8ae5d7643208a18b0e1cd78b879bedd55f3f',
+        'ipynb': 'ac05aa2af61abb303eeb10960952c375adf287e562ad5892a633983677d6445b',
     },
     'masks': {
         'py': 'cb92eb04e8b003e20b9cab27eb38428d94949e5fd824fbe6c10a91a7d536ba33',
-        'ipynb': '93e014635e6ba20eedb582f2a4ecbf87fce9dc6d78f5864cae1dddc612afeed7',
+        'ipynb': '11c7e32807b35355d1ece7b0a10b5c48c4398e35d98cab70ba0baf3fb2b52658',
     },
     'mha': {
         'py': '94de43e106876b40b6cdf316234860bd4ce22abad581a9ec72848a2ca6121953',
-        'ipynb': 'be1d37c3e5c87f160ac6be6db8d5e38a43e96e61bc3d7a08c762f93fad464b5f',
+        'ipynb': 'd20ccc8e60edfdfd1fe2afd43de41a0fb29b1724efbbf01739ec9843bd24fede',
     },
     'positional': {
         'py': 'f9b3c47f65999533d31c9da179e57f0dc8d91f4dea7e333aa75c6e1b6e4cfd07',
-        'ipynb': '0dc5975e196338f81b55551b7522f078a670c2baa04bb970097b511705afb6fe',
+        'ipynb': '8957427ce88530f45dbc67ffc05d90a8c3dec78ca8bd798b657b5c1a16d9434a',
     },
 }
 

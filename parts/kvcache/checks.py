@@ -1,8 +1,9 @@
 """The KV-cache part's public checks, written once: the self-check (selfcheck.py) and the notebook's check cells
 run these functions, with the self-check's helpers in scope (`check`, `near`, `shape`, `holds`, `hinted`,
-`Failed`: autograder/selfcheck.py). Each names what it checks, what was expected and the notebook's hint; the
-hidden graders (test_kvcache.py) check much more (random inputs, a cache made by the grader, operator counts,
-speed).
+`Failed`, `show`: autograder/selfcheck.py); the release writes each into the check cell of 06_kvcache.ipynb that its
+`cell=` names, and the constants above the checks into the notebook's check-helpers cell. Each names what it checks,
+what was expected and the notebook's hint; the hidden graders (test_kvcache.py) check much more (random inputs, a
+cache made by the grader, operator counts, speed).
 """
 
 # The six tokens of 《多头注意力：堆叠与权重分割》 ("Your journey starts with one step"), with a fourth feature 0 so that
@@ -17,7 +18,8 @@ WORKED = [[-0.0921, -0.0366, -0.5821, -0.3076], [-0.1220, -0.0523, -0.6792, -0.3
 
 
 @check("kvcache", "worked example: KVCacheAttention(4, 4, 6, 0.0, 2) after torch.manual_seed(123) decodes the six "
-       "tokens of 《多头注意力》 one at a time into the full causal pass's rows", "KVCacheAttention")
+       "tokens of 《多头注意力：堆叠与权重分割》 one at a time into the full causal pass's rows", "KVCacheAttention",
+       cell="check-worked-example")
 def _():
     import torch
     from kvcache import KVCacheAttention
@@ -33,10 +35,11 @@ def _():
          "appends its key and value to the cache, then scores its one query row against every cached key, with "
          "no mask. Row 0 right and the rest wrong: is the cache grown (torch.cat on dim 2)? Every row wrong: "
          "is the new token scored against its own key too, at position t, not pe[:1]?")
+    show(out[0])
 
 
 @check("kvcache", "the cache: keys and values (1, 2, t, 2) grow by one entry a step; decoding 3 tokens and then 3 more "
-       "with their cache gives the same rows as decoding all 6", "KVCacheAttention")
+       "with their cache gives the same rows as decoding all 6", "KVCacheAttention", cell="check-cache")
 def _():
     import torch
     from kvcache import KVCacheAttention
@@ -61,7 +64,7 @@ def _():
 
 
 @check("kvcache", "one step per token: forward on 6 tokens calls step 6 times, each on one token (1, 1, 4)",
-       "KVCacheAttention")
+       "KVCacheAttention", cell="check-one-step-per-token")
 def _():
     import torch
     from kvcache import KVCacheAttention
