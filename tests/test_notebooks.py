@@ -794,6 +794,7 @@ def test_every_check_cell_prints_ok_on_the_solution_and_fails_on_the_untouched_t
     import sys
 
     from autograder import PARTS
+    from autograder.paths import PARTS_DIR
     from autograder.release import _solution, render_stub
     from autograder.submission.notebooks import notebook_name
     from tests.conftest import SOLUTIONS
@@ -801,7 +802,8 @@ def test_every_check_cell_prints_ok_on_the_solution_and_fails_on_the_untouched_t
     before, sys.path[:0] = set(sys.modules), [str(SOLUTIONS)]  # the kvcache notebook imports mha and positional
     try:
         for module in PARTS:
-            source = nbformat.read(ASSIGNMENT_DIR / notebook_name(module), as_version=4)
+            # the part's source notebook (assignments/mha/ holds the default parts' copies only)
+            source = nbformat.read(PARTS_DIR / module / "notebook.ipynb", as_version=4)
             ran = _check_cells_run(source, module)
             assert ran, f"{module}: no check cell"
             for grade_id, (checks, printed, error) in ran.items():
