@@ -216,6 +216,16 @@ def _is_module_cell(cell, module) -> bool:
     return meta.get("grade_id") == f"{module}-code" or bool(meta.get("solution"))
 
 
+def _is_check_cell(cell, module) -> bool:
+    """One of the release's public check cells (grade_id "check-helpers", "check-..."): the checks of the module,
+    written from parts/<name>/checks.py, not the module; a student's cell that claims the name only leaves its own
+    code out of what is graded."""
+    meta = cell.get("metadata") if isinstance(cell, dict) else None
+    meta = meta.get("nbgrader") if isinstance(meta, dict) else None
+    grade_id = meta.get("grade_id") if isinstance(meta, dict) else None
+    return isinstance(grade_id, str) and grade_id.startswith("check-") and not _is_module_cell(cell, module)
+
+
 MAX_CELL_CHARS = 200_000  # a cell longer than this is not parsed here (a module cell of the kit is ~5,000)
 
 
@@ -290,6 +300,7 @@ def notebook_to_source(nb, module: str, name: str = "notebook", *, too_long=froz
     Each cell that contributes becomes `# --- cell N` (N counts every cell, markdown included, from 1)
     and then the cell's lines, with those left out blank: line k of the cell is k lines below the marker.
 
+    The release's check cells (`_is_check_cell`) are left out: they check the module, they are not of it.
     Besides imports, functions, classes and literal constants, an assignment is kept when it binds a name
     that the kept code reads (`NEG_INF = float("-inf")` used by a function), and so on for what that
     assignment reads; an experiment (`out = mha(batch)`) binds nothing the module reads and stays out.
@@ -299,7 +310,7 @@ def notebook_to_source(nb, module: str, name: str = "notebook", *, too_long=froz
     cells = []  # (index, source or why it was not read, tree or None, is the module cell)
     unread = set()  # indexes of the cells not read
     for index, cell in enumerate(nb.get("cells") or [], 1):
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code" or _is_check_cell(cell, module):
             continue
         is_module = _is_module_cell(cell, module)
         source = _cell_text(cell)

@@ -13,23 +13,23 @@ NAMES: what each module defines, in the order of the contract.
 TEMPLATE_DIGESTS = {
     'attention': {
         'py': 'c94e15c16776b5bdf3dcadd188f796cca73d210e9ac311d2ba702c0ca6692824',
-        'ipynb': 'b39af87e27c03bcba45cdaceba4b98082e67f6470cc94145a41dfa3c59369397',
+        'ipynb': 'd59a28bfacd14a0554ce9eecf293782bfd58b3145a6e4b0049f53cdf9a22ed26',
     },
     'heads': {
         'py': '21a2fa09f3f609c30d3aa606db22034099e1452b894037e30687d4324515176a',
-        'ipynb': 'ac05aa2af61abb303eeb10960952c375adf287e562ad5892a633983677d6445b',
+        'ipynb': '32ba3440cc08bc39014ba021f038d8bcf58dfc68bddf6b9ca04bb250471c7ebb',
     },
     'masks': {
         'py': 'cb92eb04e8b003e20b9cab27eb38428d94949e5fd824fbe6c10a91a7d536ba33',
-        'ipynb': '11c7e32807b35355d1ece7b0a10b5c48c4398e35d98cab70ba0baf3fb2b52658',
+        'ipynb': 'ec9fb138dfb5a11ec0fbf811d5c3321da849075df98a2aceb3b8c3a6620765f7',
     },
     'mha': {
         'py': '94de43e106876b40b6cdf316234860bd4ce22abad581a9ec72848a2ca6121953',
-        'ipynb': 'd20ccc8e60edfdfd1fe2afd43de41a0fb29b1724efbbf01739ec9843bd24fede',
+        'ipynb': 'dcdec70eeecac38a932e3b3de3f79fd44a8ad749da7876dd593f491c20b5808c',
     },
     'positional': {
         'py': 'f9b3c47f65999533d31c9da179e57f0dc8d91f4dea7e333aa75c6e1b6e4cfd07',
-        'ipynb': '8957427ce88530f45dbc67ffc05d90a8c3dec78ca8bd798b657b5c1a16d9434a',
+        'ipynb': '66cdc61977e30450c4c41934e6e2be4533ee7f004dede31ad259f59ac0ae6687',
     },
 }
 
