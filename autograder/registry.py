@@ -3,8 +3,7 @@
 `autograder.PARTS` lists the parts in teaching order (the one list); each has a folder `parts/<name>/`
 (autograder.paths.PARTS_DIR) that holds everything of it, under fixed names (docs/contributing/parts.md):
 
-    part.toml        what it is: title, notebook (its released name), optional, needs, and [speed]: the course
-                     file's [speed] keys of its own thresholds, each the name its graders read
+    part.toml        what it is: title, notebook (its released name), optional, needs
     solution.py      the reference solution, with the release's markers: the stub is rendered from it
     notebook.ipynb   the nbgrader source notebook (its module cell a copy of solution.py, kept so by the release)
     test_<name>.py   the hidden graders, `@points` markers and all (pytest imports them as parts.<name>.test_<name>)
@@ -36,8 +35,7 @@ else:  # Python 3.10: the backport (requirements.txt)
     import tomli as tomllib
 
 #: The keys of a part.toml: key -> (type, default; None: required).
-KEYS = {"title": (str, None), "notebook": (str, None), "optional": (bool, False), "needs": (list, []),
-        "speed": (dict, {})}
+KEYS = {"title": (str, None), "notebook": (str, None), "optional": (bool, False), "needs": (list, [])}
 
 
 class PartError(ValueError):
@@ -54,9 +52,6 @@ class Part:
     optional: bool  # handed out only where a course file lists it
     needs: tuple  # the other parts whose code this one calls
     folder: Path
-    #: ((course [speed] key, the threshold's name in its graders), ...): e.g. kvcache's
-    #: (("kv_min_speedup", "MIN_SPEEDUP"),), which autograder.grade.plugin sets in parts.kvcache.test_kvcache
-    speed: tuple = ()
 
     @property
     def solution(self) -> Path:
@@ -113,12 +108,7 @@ def read(name: str, root: Path | None = None) -> Part:
     if unknown_needs:
         raise PartError(f"part {name!r}: part.toml's needs names {unknown_needs}, not other parts of "
                         f"autograder.PARTS ({', '.join(PARTS)})")
-    bad = [f"{k} = {v!r}" for k, v in fields["speed"].items() if not (isinstance(v, str) and v.isidentifier())]
-    if bad:
-        raise PartError(f"part {name!r}: part.toml's [speed] maps a course file's key to the name of a threshold in "
-                        f"its graders (kv_min_speedup = \"MIN_SPEEDUP\"), got {', '.join(bad)}")
-    return Part(name, fields["title"], fields["notebook"], fields["optional"], tuple(fields["needs"]), folder,
-                tuple(fields["speed"].items()))
+    return Part(name, fields["title"], fields["notebook"], fields["optional"], tuple(fields["needs"]), folder)
 
 
 @functools.lru_cache(maxsize=None)
