@@ -777,9 +777,10 @@ def release(check, course, output, nbgrader_source):
                    " and ".join(str(step.folder) for step in chosen) + " already up to date")
         return
 
-    for line in rel.drifted_check_cells():  # a check cell edited in its notebook, or a part's checks and cells apart
+    problems = rel.check_cell_problems()  # a check cell edited in its notebook, or a part's checks and cells apart
+    for _, line in problems:
         click.echo(line, err=True)
-    if rel.refused_check_cells():
+    if any(refused for refused, _ in problems):
         sys.exit(1)  # the release cannot write those parts' check cells: the lines above say why
     if check:
         stale = rel.check()

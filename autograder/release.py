@@ -55,7 +55,7 @@ from autograder.scoring import count_word
 from autograder.paths import ASSIGNMENTS, DOCS, GRADERS as GRADERS_DIR, KIT as ROOT, PACKAGE, PARTS_DIR
 from autograder.paths import README as KIT_README
 from autograder.paths import SOLUTIONS as SOLUTIONS_DIR, STUDENT_TEMPLATE as TEMPLATE_DIR
-from autograder.submission.notebooks import load_nbformat, notebook_name
+from autograder.submission.notebooks import CHECK_HELPERS, check_cell_id, load_nbformat, notebook_name
 
 ASSIGNMENT = "mha"
 ASSIGNMENT_DIR = ASSIGNMENTS / ASSIGNMENT
@@ -303,7 +303,6 @@ def part_checks(module: str) -> str:
     return text.strip("\n") + "\n"
 
 
-CHECK_HELPERS = "check-helpers"  # the grade id of each notebook's cell of the check cells' helpers
 _HELPERS_BLOCK = re.compile(r"^# BEGIN HELPERS\b[^\n]*\n(?:#[^\n]*\n)*(.*?)^# END HELPERS\n", re.S | re.M)
 
 # The check cells' own `check` and `show`, after the self-check's helpers in each notebook's check-helpers cell.
@@ -407,8 +406,7 @@ def _grade_id(cell) -> str | None:
 def is_check_cell(cell) -> bool:
     """A public check cell of a notebook: a code cell whose nbgrader grade id starts with check- (the helpers' cell
     aside)."""
-    gid = _grade_id(cell) or ""
-    return cell.get("cell_type") == "code" and gid.startswith("check-") and gid != CHECK_HELPERS
+    return cell.get("cell_type") == "code" and check_cell_id(cell) not in (None, CHECK_HELPERS)
 
 
 def write_check_cells(nb: dict, module: str, checks_text: str | None = None) -> dict:
@@ -439,14 +437,14 @@ def write_check_cells(nb: dict, module: str, checks_text: str | None = None) -> 
     return nb
 
 
-def _check_cell_problems(parts_root: Path) -> list[tuple[bool, str]]:
+def check_cell_problems(parts_root: Path = PARTS_DIR) -> list[tuple[bool, str]]:
     """(refused, message) for each part whose check cells the release cannot write (refused) or whose source
     notebook holds a check cell that is not what the release writes from its checks.py."""
     out = []
     for module in PARTS:
         path = parts_root / module / "notebook.ipynb"
         nb = _load(path.read_text(encoding="utf-8"))
-        before = {_grade_id(c): c["source"] for c in nb["cells"] if is_check_cell(c) or _grade_id(c) == CHECK_HELPERS}
+        before = {_grade_id(c): c["source"] for c in nb["cells"] if check_cell_id(c) is not None}
         try:
             write_check_cells(nb, module, (parts_root / module / "checks.py").read_text(encoding="utf-8"))
         except ValueError as exc:
@@ -466,12 +464,7 @@ def drifted_check_cells(parts_root: Path = PARTS_DIR) -> list[str]:
     writes from the part's checks.py, and the parts whose check cells it cannot write (a check that names no
     cell, or a cell the notebook lacks; a check cell that runs no check), each named with its part and cell; []
     when every one is as written."""
-    return [message for _, message in _check_cell_problems(parts_root)]
-
-
-def refused_check_cells(parts_root: Path = PARTS_DIR) -> list[str]:
-    """Of drifted_check_cells(), those the release refuses (it cannot write the part's check cells)."""
-    return [message for refused, message in _check_cell_problems(parts_root) if refused]
+    return [message for _, message in check_cell_problems(parts_root)]
 
 
 def selfcheck_text(points: dict[str, Points] | None = None, kit: bool = False) -> str:

@@ -469,7 +469,7 @@ def test_the_check_cells_are_written_from_the_parts_checks(tmp_path):
     assert release.drifted_check_cells(parts) == [
         "part 'masks': the check cell 'check-values' of parts/masks/notebook.ipynb differs from what the release "
         "writes from parts/masks/checks.py (the checks are written once, there)"]
-    assert release.refused_check_cells(parts) == []  # the release writes it back
+    assert [m for refused, m in release.check_cell_problems(parts) if refused] == []  # the release writes it back
     assert release.Step(parts, "parts/", release.part_notebooks, "sources").stale() == ["masks/notebook.ipynb"]
 
 
@@ -490,4 +490,5 @@ def test_a_check_with_no_cell_or_a_cell_with_no_check_is_refused_naming_the_part
     assert release.drifted_check_cells(parts) == [
         "part 'masks': the check cell 'check-device' of parts/masks/notebook.ipynb runs no check of "
         "parts/masks/checks.py: name it in a check's cell=, or remove the cell"]
-    assert release.refused_check_cells(parts) == release.drifted_check_cells(parts)  # release refuses, saying why
+    refused = [m for refused, m in release.check_cell_problems(parts) if refused]
+    assert refused == release.drifted_check_cells(parts)  # release refuses, saying why

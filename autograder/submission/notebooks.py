@@ -216,14 +216,23 @@ def _is_module_cell(cell, module) -> bool:
     return meta.get("grade_id") == f"{module}-code" or bool(meta.get("solution"))
 
 
-def _is_check_cell(cell, module) -> bool:
-    """One of the release's public check cells (grade_id "check-helpers", "check-..."): the checks of the module,
-    written from parts/<name>/checks.py, not the module; a student's cell that claims the name only leaves its own
-    code out of what is graded."""
+CHECK_HELPERS = "check-helpers"  # the grade id of each notebook's cell of the check cells' helpers
+
+
+def check_cell_id(cell) -> str | None:
+    """The nbgrader grade id of one of the release's public check cells ("check-...", the helpers' cell
+    CHECK_HELPERS among them: the checks of a part, written from parts/<name>/checks.py); None for any other cell,
+    whatever its metadata holds (a submitted notebook's are the student's)."""
     meta = cell.get("metadata") if isinstance(cell, dict) else None
     meta = meta.get("nbgrader") if isinstance(meta, dict) else None
     grade_id = meta.get("grade_id") if isinstance(meta, dict) else None
-    return isinstance(grade_id, str) and grade_id.startswith("check-") and not _is_module_cell(cell, module)
+    return grade_id if isinstance(grade_id, str) and grade_id.startswith("check-") else None
+
+
+def _is_check_cell(cell, module) -> bool:
+    """A check cell checks the module and is not of it; a student's cell that claims the name only leaves its own
+    code out of what is graded."""
+    return check_cell_id(cell) is not None and not _is_module_cell(cell, module)
 
 
 MAX_CELL_CHARS = 200_000  # a cell longer than this is not parsed here (a module cell of the kit is ~5,000)
