@@ -40,3 +40,35 @@ def test_meta_device_diagnoses_run_without_importing_dynamo_until_something_real
         f"expected torch._dynamo not imported by a meta-device op under the plugin, found {got['after_meta_op']}")
     assert got["after_real_use"] == "module", (
         f"expected torch._dynamo imported on its first real use, found {got['after_real_use']}")
+
+
+WARM_PROBE = '''
+import json, os, sys
+from autograder.grade.servers import GRADER_PRELOAD
+from autograder.sandbox.forkserver import preload
+
+preload(GRADER_PRELOAD)  # what the warm grader server holds before it forks a grading
+import torch
+from parts.attention import diagnose
+
+before = set(sys.modules)
+q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)  # (B, L, d_k), (B, S, d_k), (B, S, d_v)
+mask = torch.rand(2, 3, 5) > 0.3  # (B, L, S)
+diagnose.attention_errors(*(t.to("meta") for t in (q, k, v, mask)))
+with open(os.environ["PROBE_OUT"], "w") as fh:
+    json.dump(sorted(set(sys.modules) - before), fh)
+'''
+
+
+def test_a_warm_graders_meta_device_diagnosis_imports_nothing_in_the_grading(tmp_path):
+    """The warm grader server runs the meta device's first batched product before it forks (plugin.warm): the
+    diagnosis of code that raised on the meta device (the untouched template, every device bug) imports
+    torch.fx.experimental.symbolic_shapes and sympy there, ~0.4 s of CPU, once per class run instead of once per
+    such grading."""
+    out = tmp_path / "out.json"
+    proc = subprocess.run([sys.executable, "-c", WARM_PROBE], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "PROBE_OUT": str(out)})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    imported = json.loads(out.read_text())
+    assert imported == [], f"expected the meta-device diagnosis to import nothing after the warm-up, it imported " \
+                           f"{len(imported)} modules: {', '.join(imported[:12])}"

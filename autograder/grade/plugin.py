@@ -97,17 +97,28 @@ def _course_speed(speed: dict, parts):
 def warm():
     """Import what every grading's pytest session would import again (the warm grader server calls this once,
     before it forks: forkserver.py): pytest's built-in plugins, which `pytest.main` imports at each session's
-    start (`_pytest.config.default_plugins`), and the debugger and XML modules they import when configured.
-    Each grading imported these ~30 modules anew, ~25 ms of CPU."""
+    start (`_pytest.config.default_plugins`), and the debugger, XML, readline and faulthandler modules they import
+    when configured. Each grading imported these ~30 modules anew, ~25 ms of CPU.
+
+    And the meta device's first batched product, which the graders' diagnoses run when a student's code raised on
+    the meta device (autograder/grade/diagnose.py: the untouched template, every device bug): its meta function
+    imports torch.fx.experimental.symbolic_shapes and sympy, ~0.4 s of CPU in each such grading, once here instead
+    (torch._dynamo stays out: lazy_dynamo)."""
     import importlib
 
     from _pytest.config import default_plugins
 
-    for name in (*(f"_pytest.{plugin}" for plugin in default_plugins), "pdb", "xml.etree.ElementTree"):
+    for name in (*(f"_pytest.{plugin}" for plugin in default_plugins), "pdb", "xml.etree.ElementTree", "readline",
+                 "faulthandler", "_pytest._argcomplete"):
         try:
             importlib.import_module(name)
         except ImportError:  # a plugin of another pytest's list: the session imports it, or not, as before
             pass
+    import torch
+
+    lazy_dynamo.install()
+    meta = torch.empty(1, 2, 2, device="meta")
+    meta @ meta  # (1, 2, 2)
 
 
 def pytest_collection_finish(session):
@@ -273,4 +284,7 @@ def pytest_unconfigure(config):
     if _EXIT in config.stash:
         sys.stdout.flush()
         sys.stderr.flush()
+        prof = getattr(sys, "_prof", None)
+        if prof is not None:
+            prof.disable(); prof.dump_stats(f"/tmp/gprof/{os.getpid()}.prof")
         os._exit(config.stash[_EXIT])

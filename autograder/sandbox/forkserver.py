@@ -297,15 +297,22 @@ def _student_handler():
     return child.forked
 
 
-def _grader_handler(preload):
+def preload(names):
+    """Import the modules `names` and run the `warm()` of each that has one: what a warm grader server holds
+    before it forks (imported once here, not once per grading; and what a module builds once for every
+    grading, built here)."""
     import importlib
 
+    for name in names:
+        module = importlib.import_module(name)
+        if callable(getattr(module, "warm", None)):
+            module.warm()
+
+
+def _grader_handler(names):
     import pytest
 
-    for name in preload:  # imported once here, not once per grading
-        module = importlib.import_module(name)
-        if callable(getattr(module, "warm", None)):  # and what a module builds once for every grading, built here
-            module.warm()
+    preload(names)
 
     def run(request, fds):
         os.chdir(request["cwd"])
@@ -319,10 +326,10 @@ def _grader_handler(preload):
 
 if __name__ == "__main__":
     undumpable()  # first, before its imports (seconds, with torch); the forks inherit it (a grading holds its key)
-    kind, address, preload = sys.argv[1], sys.argv[2], sys.argv[4:]  # argv[3]: the server's label
+    kind, address, names = sys.argv[1], sys.argv[2], sys.argv[4:]  # argv[3]: the server's label
     if kind == "grader":  # the kit's root (autograder/sandbox/ up two), not this file's folder, is where imports start
         sys.path[0] = str(Path(__file__).resolve().parent.parent.parent)
-    handler = _grader_handler(preload) if kind == "grader" else _student_handler()
+    handler = _grader_handler(names) if kind == "grader" else _student_handler()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when to stop
     # The grader server freezes what it imported: pytest's end-of-session collection walked all of torch's objects
     # in every grading (~80 ms). The student zygote does not: a student process collects garbage as a cold one
