@@ -115,8 +115,10 @@ NOISE_POWER = 4
 REPS = 20
 #: Passes of a reference stacked module timed in a round: the first STACKED_REPS of the round's REPS inputs. It
 #: runs here, timed by this thread's CPU clock with no round trip to share out, and one pass at 64 heads takes
-#: ~4 ms (about 15-20 fused ones), so five passes give its time per pass as well as twenty did.
-STACKED_REPS = 5
+#: ~10 ms of CPU (about 20 fused ones, ~45 % of a round's CPU at five passes): two passes give its time per pass
+#: as well as five did (benchmarks/speedup_reliability.py beside two busy loops, 2026-11-28: the margins 8.6x,
+#: 8.2x and 8.6x, against 8.2x, 8.5x and 8.2x at five), and a grading's measurement costs ~60 ms less CPU.
+STACKED_REPS = 2
 RETRIES = 3
 #: The figures of a Measurement, each the best seconds per pass over its rounds: the student's fused module
 #: and the two references at SIZES' 64 heads, then at FEW_HEADS.
