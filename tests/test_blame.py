@@ -135,7 +135,8 @@ def test_an_excused_mha_is_timed_over_rounds_as_a_correct_one_not_by_its_first_r
     """The timing stops at the first round whose outputs differ from the reference's; when the student's faulty
     part explains them, that one round alone used to decide the speed, and a busy moment failed a fast module
     (seen under the suite's load). Such a module is timed again as a correct one is, over rounds and tries: here
-    its first timed round sleeps 5 ms a pass (~2x the reference stacked module's time), the rest run at speed."""
+    its first timed round sleeps 5 ms a pass (half the reference stacked module's time: a speedup of ~2, against
+    4 asked), the rest run at speed."""
     report = grade(composed_submission(tmp_path / "slow", bug="attention", slow_first_round=True), call_timeout=10.0,
                    select="faster_than or close_to_reference or grow_with_heads", servers=warm_servers)
     speed = {t.id: t for t in report.tests}
@@ -143,7 +144,9 @@ def test_an_excused_mha_is_timed_over_rounds_as_a_correct_one_not_by_its_first_r
                           "test_fused_close_to_reference_fused"}
     for t in speed.values():
         assert t.status == "passed", (t.id, t.status, t.message[:300])
-        assert t.data["timing"]["rounds"] > 1, f"expected more than the first round timed, got {t.data['timing']}"
+        # (its first round's passes take 5 ms or more: the figures are those of a round timed after it)
+        assert t.data["timing"]["student_fused_s"] < 0.005, (
+            f"expected the student's time from a round after the slow first (< 5 ms a pass), got {t.data['timing']}")
 
 
 def test_an_mha_with_a_fault_of_its_own_still_loses_points(tmp_path, warm_servers):

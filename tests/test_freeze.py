@@ -143,8 +143,24 @@ def test_rounds_with_student_cpu_during_the_references_are_discarded(monkeypatch
     assert not timing.passes(m) and m.details == ["the student's processes used 3.0 ms of CPU"] * 2
 
 
-def test_a_passing_try_stops_after_min_rounds_and_a_failing_one_takes_them_all():
-    """`enough` ends a try once MIN_ROUNDS or more rounds pass it; a try it never accepts times every round."""
+def test_a_clear_pass_stops_after_one_round():
+    """A try whose first vouched round passes every check by at least DECIDED times (the reference fused module
+    standing in for the student's: slowdown and growth ~1 against 4, speedup ~20 against 4) stops there."""
+    seen = []
+
+    def enough(m):
+        seen.append(m.rounds)
+        return True
+
+    m = timing.measure(_fake_pair(), rounds=4, reps=2, enough=enough)
+    assert timing.clear_pass(m), (m.speedup, m.slowdown, m.relative_growth)
+    assert (m.rounds, seen) == (1, [1]), f"expected a clear pass to end the try after round 1, got {(m.rounds, seen)}"
+
+
+def test_a_passing_try_stops_after_min_rounds_and_a_failing_one_takes_them_all(monkeypatch):
+    """`enough` ends a try once MIN_ROUNDS or more rounds pass it, where no round passed by DECIDED times
+    (`clear_pass` false here); a try it never accepts times every round."""
+    monkeypatch.setattr(timing, "clear_pass", lambda m: False)
     seen = []
 
     def enough(m):
