@@ -284,7 +284,4 @@ def pytest_unconfigure(config):
     if _EXIT in config.stash:
         sys.stdout.flush()
         sys.stderr.flush()
-        prof = getattr(sys, "_prof", None)
-        if prof is not None:
-            prof.disable(); prof.dump_stats(f"/tmp/gprof/{os.getpid()}.prof")
         os._exit(config.stash[_EXIT])
