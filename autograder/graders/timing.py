@@ -655,11 +655,11 @@ def measure(timed, device="cpu", rounds=ROUNDS, reps=REPS, secret=None, enough=N
                 worst = {name: max(worst[name], figures[name]) for name in worst}
                 wrong = not verified and (stop_on_mismatch or skipped and stop_on_skip)
                 so_far = _figures(best, reps, device, verified, secret, r, discarded, details, load, skipped, worst)
-                accepted = r < rounds and enough is not None and (r >= MIN_ROUNDS or clear_pass(so_far)) \
-                    and enough(so_far)
-                if r < rounds and (wrong or accepted or r >= MIN_ROUNDS and decided(so_far)):
-                    rounds = r  # wrong outputs fail whatever the times; the figures already pass; or noise cannot
-                    break  # change any check's verdict
+                if r < rounds:
+                    accepted = enough is not None and (r >= MIN_ROUNDS or clear_pass(so_far)) and enough(so_far)
+                    if wrong or accepted or r >= MIN_ROUNDS and decided(so_far):
+                        rounds = r  # wrong outputs fail whatever the times; the figures already pass; or noise
+                        break  # cannot change any check's verdict
         finally:
             torch.set_num_threads(threads)
     ran = [f.why().replace("the student's", "another grading's") for f in neighbours if f.clean is False]
@@ -686,7 +686,7 @@ def decided(m: Measurement) -> bool:
     A measurement that passes every check is left to `enough` (false here)."""
     if not m.vouched or not m.noise >= 1.0:  # nan: fewer than two vouched rounds, or figures missing
         return False
-    margins = (m.speedup / MIN_SPEEDUP, MAX_SLOWDOWN / m.slowdown, GROWTH_LIMIT / m.relative_growth)  # > 1: passes
+    margins = _margins(m)
     if not all(x > 0 for x in margins) or all(x >= 1 for x in margins):
         return False
     need = max(DECIDED, m.noise ** NOISE_POWER)
@@ -696,10 +696,13 @@ def decided(m: Measurement) -> bool:
 def clear_pass(m: Measurement) -> bool:
     """Whether the figures of `m` pass every check by at least DECIDED times: after one vouched round, a pass that
     no later round could undo (see DECIDED's note on the first round)."""
-    if not m.vouched:
-        return False
-    margins = (m.speedup / MIN_SPEEDUP, MAX_SLOWDOWN / m.slowdown, GROWTH_LIMIT / m.relative_growth)
-    return all(x >= DECIDED for x in margins)  # nan compares false: a figure missing decides nothing
+    return m.vouched and all(x >= DECIDED for x in _margins(m))  # nan compares false: a figure missing decides nothing
+
+
+def _margins(m: Measurement) -> tuple[float, float, float]:
+    """How far each of the three figures of `m` is past its threshold, as a factor: above 1 it passes (the speedup
+    over MIN_SPEEDUP, MAX_SLOWDOWN over the slowdown, GROWTH_LIMIT over the relative growth)."""
+    return m.speedup / MIN_SPEEDUP, MAX_SLOWDOWN / m.slowdown, GROWTH_LIMIT / m.relative_growth
 
 
 def passes(m: Measurement) -> bool:
