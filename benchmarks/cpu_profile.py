@@ -31,7 +31,12 @@ that a busy machine weighs on each alike. What it measures, side by side:
   py-spy samples by the wall clock, so a process waiting for a core on a busy machine counts as running, and
   it cannot tell a thread blocked in a read from a running one in a process of another PID namespace (the
   student processes at the namespaces level: their `receive` is mostly waiting for the grader). The CPU by
-  role comes from the kernel (above).
+  role comes from the kernel (above). Do not profile beside other gradings of the same user (the suite, a
+  class run): they share the machine-wide batch, whose measurements stop every grading's processes, and each
+  sample's ptrace stop and resume makes a stopped process run a few microseconds in the kernel. A measurement
+  then sees its stopped neighbours use CPU ("another grading's processes used 1.3 ms of CPU during the
+  measurement") and vouches for none of its rounds: 100 attach-detach cycles on a stopped process add ~0.6 ms
+  to its CPU time (measured here, 2026-11-28). Profile on a quiet machine.
 """
 from __future__ import annotations
 

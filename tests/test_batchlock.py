@@ -93,6 +93,19 @@ def test_a_machine_folder_made_by_someone_else_is_not_used(monkeypatch, tmp_path
     assert batchlock.machine_folder() == tmp_path / "mha-kit-measure"
 
 
+def test_a_batch_folder_named_but_not_there_yet_is_made_private_and_used(monkeypatch, tmp_path):
+    """MHA_BATCH_DIR naming a folder that does not exist (a run's own, given by hand): made, mode 0700, and its
+    locks work (every grading failed on its first lock before: "No such file or directory: .../spawn")."""
+    given = tmp_path / "not" / "there"
+    monkeypatch.setenv(batchlock.ENV, str(given))
+    assert batchlock.folder() == given
+    assert given.is_dir() and (given.stat().st_mode & 0o777) == 0o700, oct(given.stat().st_mode)
+    with batchlock.spawning():
+        batchlock.student_call()
+    with batchlock.quiet(None) as neighbours:
+        assert neighbours == []
+
+
 def test_a_stale_registration_never_stops_a_later_process_with_its_number(batch):
     (batch / "trees").mkdir()
     (batch / "trees" / str(1)).write_text("not when pid 1 started")

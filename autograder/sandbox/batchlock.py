@@ -52,9 +52,22 @@ KINDS = ("trees", "processes")  # a student process tree (stopped whole), a grad
 
 
 def folder() -> Path | None:
-    """The batch's folder: MHA_BATCH_DIR where it is set, else the user's machine-wide one (or None)."""
+    """The batch's folder: MHA_BATCH_DIR where it is set (made, mode 0700, where it is not there yet: a folder
+    named that did not exist made every grading fail on its first lock), else the user's machine-wide one (or
+    None)."""
     value = os.environ.get(ENV)
-    return Path(value) if value else machine_folder()
+    if not value:
+        return machine_folder()
+    if value not in _given:
+        try:
+            os.makedirs(value, 0o700, exist_ok=True)
+        except OSError:
+            pass  # not ours to make: the locks say why, as before
+        _given.add(value)
+    return Path(value)
+
+
+_given: set = set()  # the MHA_BATCH_DIR values made (or found) in this process
 
 
 _machine = []
