@@ -226,7 +226,10 @@ def role(process: str, frames: list[str]) -> str:
     if "forkserver.py student" in process:
         return "student process (fork)" if "forked" in names else "student zygote"
     if "forkserver.py grader" in process:
-        return "grading (fork of the grader server)" if "_grader_handler.<locals>.run" in names else "grader server"
+        # a fork runs its grading afresh (`fresh`) or in the server's prepared session (from `Prepared.resume` on:
+        # the checks, the session's finish); the server prepares that session and serves (autograder/grade/prepared.py)
+        grading = {"fresh", "Prepared.resume", "runtestprotocol", "pytest_sessionfinish", "pytest_unconfigure"}
+        return "grading (fork of the grader server)" if grading & names else "grader server"
     if "student_process.py" in process:
         return "student process (cold)"
     if "pytest" in process:

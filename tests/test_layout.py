@@ -214,7 +214,7 @@ LAYERS = [
     ("one grading: the engine, the grading it hands the graders' process, the plugin that records it there, the "
      "servers kept warm for it, the timing of implementations side by side",
      {"autograder.grade", "autograder.grade.engine", "autograder.grade.spec", "autograder.grade.plugin",
-      "autograder.grade.servers", "autograder.grade.bench"}),
+      "autograder.grade.servers", "autograder.grade.bench", "autograder.grade.prepared"}),
     ("a class: many gradings, their gradebook, shards and merge, the class page, similar submissions",
      {"autograder.classrun", "autograder.classrun.run", "autograder.classrun.gradebook",
       "autograder.classrun.fingerprints", "autograder.classrun.outlock", "autograder.classrun.shards",

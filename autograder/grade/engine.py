@@ -171,11 +171,7 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
             # a class run: explicit, as servers may predate it
             batch_dir=str(batch) if batch is not None else None,
             course=course.grading() if course is not None else {})
-        graders = registry.grader_files(parts)
-        args = [*map(str, graders), "-c", str(GRADERS / "pytest.ini"), "--rootdir", str(GRADERS),
-                "-p", "autograder.grade.plugin", "-q", "--no-header", "--tb=no", "--spec", spec.to_json()]
-        if select:
-            args += ["-k", select]
+        args = grader_args(registry.grader_files(parts), spec.to_json(), select)
         key = secrets.token_bytes(32)
         try:
             log = _run_graders(args, tmp, timeout, servers, key)
@@ -207,6 +203,20 @@ def grade(path, *, timeout=600.0, call_timeout=10.0, select=None, limits=None, i
     return report
 
 
+def grader_args(graders, spec=None, select=None) -> list[str]:
+    """The pytest arguments of a grading: the grader files of its parts (first), its spec (JSON), and an optional
+    -k expression `select`. Without a spec: the session the warm grader server prepares (autograder/grade/
+    prepared.py), whose forks take a grading's spec and key. Output is not captured (-s): nothing the graders
+    print matters, and a fork of the prepared session writes to its own log, not to the server's."""
+    args = [*map(str, graders), "-c", str(GRADERS / "pytest.ini"), "--rootdir", str(GRADERS),
+            "-p", "autograder.grade.plugin", "-q", "--no-header", "--tb=no", "--capture=no"]
+    if spec is not None:
+        args += ["--spec", spec]
+    if select:
+        args += ["-k", select]
+    return args
+
+
 def _error_lines(log):
     """The error lines of a pytest log, without the source lines its tracebacks show (graders are hidden)."""
     lines = [ln for ln in log.splitlines() if re.match(r"(E |ERROR|INTERNALERROR> \w*(Error|Exception)|\w+Error\b)", ln)]
@@ -217,8 +227,12 @@ def _timings(t0, times, tests, parts=MODULES):
     """Where the wall time of one grading went, in seconds (for the benchmark)."""
     out = {}
     if {"configured", "collected", "finished"} <= set(times):
-        out["grader process start (python, pytest)"] = times["configured"] - t0
-        out["grader imports (torch, reference, graders)"] = times["collected"] - times["configured"]
+        if times.get("prepared"):  # a fork of the warm server's prepared session (autograder/grade/prepared.py)
+            out["grader fork start (session prepared by the server)"] = times["configured"] - t0
+            out["grader setup (spec, key, checks chosen)"] = times["collected"] - times["configured"]
+        else:
+            out["grader process start (python, pytest)"] = times["configured"] - t0
+            out["grader imports (torch, reference, graders)"] = times["collected"] - times["configured"]
     if times.get("child_started") and times.get("child_ready"):
         out["student process start (python, torch), in parallel"] = times["child_ready"] - times["child_started"]
     for module in (m for m in PARTS if m in parts):  # the parts graded, in teaching order

@@ -50,10 +50,18 @@ _FAILURE = pytest.StashKey[str]()  # why the grader could not run student code (
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "points(points, aspect): what a grader test is worth, and the aspect it checks")
+    begin(config)
+    lazy_dynamo.install()  # before the graders' first meta-device op (autograder/sandbox/lazy_dynamo.py)
+
+
+def begin(config):
+    """Set up the grading its --spec and --key-fd give (none: nothing of a grading), as the session is configured;
+    or, in a fork of the warm grader server, in the session the server prepared (autograder/grade/prepared.py),
+    with those two options set."""
     # a cold grading (exec made it dumpable again), first: no process of its uid ptraces it or reads its key
     # (here, not at import: the kit's own tests import this module, and their processes stay as they are)
     undumpable()
-    config.addinivalue_line("markers", "points(points, aspect): what a grader test is worth, and the aspect it checks")
     config.stash[_RESULTS] = []
     config.stash[_TIMES] = {"configured": time.time()}
     fd = config.getoption("key_fd")
@@ -72,7 +80,6 @@ def pytest_configure(config):
         config.stash[_SANDBOX] = sandbox
         if spec.course.get("speed"):  # the course file's thresholds, read by the speed checks as they run
             _course_speed(spec.course["speed"], spec.course.get("parts") or MODULES)
-    lazy_dynamo.install()  # before the graders' first meta-device op (autograder/sandbox/lazy_dynamo.py)
 
 
 def _course_speed(speed: dict, parts):
@@ -122,10 +129,18 @@ def warm():
 
 
 def pytest_collection_finish(session):
-    session.config.stash[_TIMES]["collected"] = time.time()
+    collected(session.config)
     # torch, pytest and the graders are imported: keep their objects out of the garbage collections to come
     # (pytest's at the session's end walked them all, ~80 ms a grading; a warm fork inherits its server's freeze)
     gc.freeze()
+
+
+def collected(config, prepared=False):
+    """The grading's checks are collected (`prepared`: chosen from those the warm server's session collected), at
+    this time: for the report's timings."""
+    config.stash[_TIMES]["collected"] = time.time()
+    if prepared:
+        config.stash[_TIMES]["prepared"] = True
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -141,6 +156,13 @@ def pytest_collection_modifyitems(session, config, items):
         return (aspect == "speedup", aspect == "device")
 
     items.sort(key=late)
+    course_items(config, items)
+
+
+def course_items(config, items):
+    """Keep in `items` the checks of what the grading's course file hands out (all of them without one), and set
+    its parts' worth: the collection's last step for a grading (in a prepared session's fork, run on the checks
+    the server collected: autograder/grade/prepared.py)."""
     course = config.stash[_SPEC].course if _SPEC in config.stash else {}
     if course:  # a course file's: only the parts handed out, and the CUDA checks only where they count
         from fractions import Fraction

@@ -108,6 +108,8 @@ class LazyServers:
 #: What the warm grader server imports once, so that no grading pays for it: torch, the pytest plugin, the
 #: checks and diagnoses, the graders' helpers, the timing, the reference solution, and the graders themselves
 #: (pytest's importlib mode takes a test module already in sys.modules as it is: each fork collects the server's
-#: copy instead of compiling and running the five files again, ~20 ms of CPU a grading).
+#: copy instead of compiling and running the five files again, ~20 ms of CPU a grading). And the prepared session's
+#: module, whose loop the server runs (autograder/grade/prepared.py: pytest configured and the graders collected once).
 GRADER_PRELOAD = ("torch", "autograder.grade.plugin", "autograder.graders.checks", "autograder.grade.diagnose",
-                  "autograder.graders.common", "autograder.graders.timing", "solutions", *registry.grader_modules())
+                  "autograder.graders.common", "autograder.graders.timing", "solutions", *registry.grader_modules(),
+                  "autograder.grade.prepared")

@@ -11,7 +11,8 @@ process. `grade-all` instead starts two warm servers once per run:
 * the grader server (`python forkserver.py grader FD LABEL MODULE...`) has
   imported pytest and the modules its owner named (autograder.grade.servers names
   torch, the plugin, the checks and the reference), and run the `warm()` of each
-  that has one; each grading is a fork of it that runs the graders on one submission.
+  that has one; each grading is a fork of it that runs the graders on one submission,
+  in the server loop of the one that has `serve_graders` (one pytest session for all).
 
 This module knows no other module of the kit: what a server holds warm is
 its owner's choice, so the import graph runs one way (servers, engine -> forkclient ->
@@ -58,6 +59,7 @@ from pathlib import Path
 
 MAX_MESSAGE = 1 << 16
 MAX_FDS = 16  # file descriptors of one request, its connection aside
+RESUME = "resume"  # a handler's return for a fork that goes on in serve()'s caller (grade/prepared.py)
 _PR_SET_DUMPABLE = 4
 
 
@@ -166,8 +168,9 @@ def end_tree(pid, rounds=200):
 
 def serve(address, handler, freeze_imports=False, owner=None):
     """Run the server loop until stdin closes. `address`: the inherited channel ("fd:N"); `handler(request, fds)`
-    runs in each fork. `freeze_imports`: keep what the server imported out of the forks' garbage collections
-    (gc.freeze). `owner`: the pid whose descendants may ask (default: this process's parent)."""
+    runs in each fork, which exits with its return value (RESUME: returns the request from here, in the fork).
+    `freeze_imports`: keep what the server imported out of the forks' garbage collections (gc.freeze). `owner`:
+    the pid whose descendants may ask (default: this process's parent)."""
     owner = os.getppid() if owner is None else owner
     listener = socket.socket(fileno=channel_fd(address))
     listener.set_inheritable(False)
@@ -235,7 +238,9 @@ def serve(address, handler, freeze_imports=False, owner=None):
 
                     traceback.print_exc()
                 finally:
-                    os._exit(code)
+                    if code != RESUME:
+                        os._exit(code)
+                return request  # the fork goes on in serve()'s caller
             for fd in fds:
                 os.close(fd)
             by_conn[conn], by_pid[pid] = pid, conn
@@ -309,28 +314,18 @@ def preload(names):
             module.warm()
 
 
-def _grader_handler(names):
-    import pytest
-
-    preload(names)
-
-    def run(request, fds):
-        os.chdir(request["cwd"])
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        return pytest.main([*request["args"], *(["--key-fd", str(fds[0])] if fds else [])])
-
-    return run
-
-
 if __name__ == "__main__":
     undumpable()  # first, before its imports (seconds, with torch); the forks inherit it (a grading holds its key)
     kind, address, names = sys.argv[1], sys.argv[2], sys.argv[4:]  # argv[3]: the server's label
     if kind == "grader":  # the kit's root (autograder/sandbox/ up two), not this file's folder, is where imports start
         sys.path[0] = str(Path(__file__).resolve().parent.parent.parent)
-    handler = _grader_handler(names) if kind == "grader" else _student_handler()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when to stop
+    if kind == "grader":  # the loop is the preloaded module's that has one (grade/prepared.py): around serve(),
+        preload(names)  # inside one pytest session; a fork leaves it with its grading's exit code
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when to stop
+        os._exit(next(m for m in map(sys.modules.get, names) if hasattr(m, "serve_graders")).serve_graders(
+            address, serve))
+    handler = _student_handler()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The grader server freezes what it imported: pytest's end-of-session collection walked all of torch's objects
     # in every grading (~80 ms). The student zygote does not: a student process collects garbage as a cold one
     # does, the behaviour under which the speed checks' thresholds were measured (a loop over heads allocates).
