@@ -28,8 +28,6 @@ from __future__ import annotations
 import faulthandler
 import os
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
