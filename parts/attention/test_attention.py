@@ -51,10 +51,16 @@ def run(student, q, k, v, *, hint=None, capture_args=False, **kwargs):
 
 
 def outputs_given(variants, weights):
-    """The outputs of the `variants` (name -> (output, weights)) whose weights are the right `weights`: when
-    the student's weights passed, a mistake that changes them is not what went wrong with the output."""
-    return {n: o for n, (o, w) in variants.items()
-            if w.shape == weights.shape and torch.allclose(w.double(), weights.double(), atol=1e-5, equal_nan=True)}
+    """The outputs of the `variants` (a function that returns name -> (output, weights): checks.lazy) whose weights
+    are the right `weights`: when the student's weights passed, a mistake that changes them is not what went wrong
+    with the output. Lazy too: computed only if the output's check fails."""
+    return checks.lazy(lambda: {n: o for n, (o, w) in variants().items() if w.shape == weights.shape
+                                and torch.allclose(w.double(), weights.double(), atol=1e-5, equal_nan=True)})
+
+
+def weights_of(variants):
+    """The weights of the `variants` (a function that returns name -> (output, weights)), lazily."""
+    return checks.lazy(lambda: {n: w for n, (_, w) in variants().items()})
 
 
 def what_case(lead, L, S, d_k, d_v):
@@ -72,8 +78,8 @@ def compare_cases(student, dtype=torch.float32, with_mask=False):
         case = (f"query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}"
                 + (", with a mask" if with_mask else "") + f", {str(dtype).replace('torch.', '')} "
                 f"(case {n} of {len(CASES)}, smallest first: {what_case(lead, L, S, d_k, d_v)})")
-        variants = diagnose.attention_variants(q, k, v, kwargs.get("mask"))
-        checks.close(weights, ref_weights, f"weights for {case}", variants={n: w for n, (_, w) in variants.items()})
+        variants = checks.lazy(lambda: diagnose.attention_variants(q, k, v, kwargs.get("mask")))
+        checks.close(weights, ref_weights, f"weights for {case}", variants=weights_of(variants))
         checks.close(out, ref_out, f"output for {case}", variants=outputs_given(variants, ref_weights))
 
 
@@ -82,11 +88,11 @@ def test_output_and_weights_shapes(student):
     """returns output (..., L, d_v) and weights (..., L, S)"""
     q, k, v = qkv((2, 3), 5, 7, 4, 6)
     out, weights = run(student, q, k, v)
-    variants = diagnose.attention_variants(q, k, v)
+    variants = checks.lazy(lambda: diagnose.attention_variants(q, k, v))
     checks.shape(out, (2, 3, 5, 6), "output for query (2, 3, 5, 4), key (2, 3, 7, 4), value (2, 3, 7, 6)",
-                 variants={n: o for n, (o, _) in variants.items()})
+                 variants=checks.lazy(lambda: {n: o for n, (o, _) in variants().items()}))
     checks.shape(weights, (2, 3, 5, 7), "weights for query (2, 3, 5, 4), key (2, 3, 7, 4), value (2, 3, 7, 6)",
-                 variants={n: w for n, (_, w) in variants.items()})
+                 variants=weights_of(variants))
 
 
 @points(3, "worked-example")
@@ -129,10 +135,9 @@ def compare_half(student, dtype):
         case = (f"query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}, with a mask, "
                 f"{str(dtype).replace('torch.', '')} (case {n} of {len(CASES)}, smallest first: "
                 f"{what_case(lead, L, S, d_k, d_v)})")
-        variants = {name: (o.to(dtype), w.to(dtype))
-                    for name, (o, w) in diagnose.attention_variants(q.float(), k.float(), v.float(), mask).items()}
-        checks.close(weights, ref_weights, f"weights for {case}", atol=tol, rtol=tol,
-                     variants={name: w for name, (_, w) in variants.items()})
+        variants = checks.lazy(lambda: {name: (o.to(dtype), w.to(dtype)) for name, (o, w) in
+                                        diagnose.attention_variants(q.float(), k.float(), v.float(), mask).items()})
+        checks.close(weights, ref_weights, f"weights for {case}", atol=tol, rtol=tol, variants=weights_of(variants))
         checks.close(out, ref_out, f"output for {case}", atol=tol, rtol=tol,
                      variants=outputs_given(variants, ref_weights))
 
@@ -212,9 +217,9 @@ def test_mask_broadcasts_over_batch_and_heads(student):
     mask = torch.tril(torch.ones(4, 4, dtype=torch.bool))  # (L, S)
     out, weights = run(student, q, k, v, mask=mask)
     ref_out, ref_weights = ref.scaled_dot_product_attention(q, k, v, mask=mask)
-    variants = diagnose.attention_variants(q, k, v, mask)
+    variants = checks.lazy(lambda: diagnose.attention_variants(q, k, v, mask))
     checks.close(weights, ref_weights, "weights for query (2, 3, 4, 8) with a (4, 4) causal mask",
-                 variants={n: w for n, (_, w) in variants.items()})
+                 variants=weights_of(variants))
     checks.close(out, ref_out, "output for query (2, 3, 4, 8) with a (4, 4) causal mask",
                  variants=outputs_given(variants, ref_weights))
 
@@ -226,9 +231,9 @@ def test_dropout_module_applied_to_weights(student):
     pattern = (torch.rand(2, 3, 4, generator=torch.Generator().manual_seed(5)) < 0.5).float() * 2.0
     out, weights = run(student, q, k, v, dropout={"__pattern_dropout__": pattern})
     ref_weights = torch.softmax(q @ k.transpose(-2, -1) / 2.0, dim=-1) * pattern  # sqrt(d_k) = 2
-    variants = diagnose.dropout_variants(q, k, v, pattern)
+    variants = checks.lazy(lambda: diagnose.dropout_variants(q, k, v, pattern))
     checks.close(weights, ref_weights, "weights with a dropout module (the weights after dropout)",
-                 variants={n: w for n, (_, w) in variants.items()})
+                 variants=weights_of(variants))
     checks.close(out, ref_weights @ v, "output with a dropout module (dropped weights @ value)",
                  variants=outputs_given(variants, ref_weights))
 
