@@ -60,33 +60,31 @@ class Prepared:
     `serve(handler)`: forkserver.serve, with the server's address and options bound."""
 
     def __init__(self, args, serve):
-        self.files, self.rest, _ = split(args)
+        files, self.rest, _ = split(args)
+        self.collected = {os.path.realpath(f) for f in files}  # the grader files, by their real paths
         self.serve = serve
-        self.request = None  # in a fork that resumes the session: (its grader files, spec, key fd)
+        self.request = None  # in a fork that resumes the session: (its grader files' real paths, spec, key fd)
         self.served = False  # the session reached its run loop, which serves
-        self._real = {}  # grader file -> its real path (a request's files are compared by it)
 
     def fits(self, args) -> bool:
         """Whether a grading with pytest arguments `args` can run in this session: the same options, a spec,
         and only grader files the session collected."""
-        files, rest, spec = split(args)
-        return spec is not None and rest == self.rest and {self._key(f) for f in files} <= {
-            self._key(f) for f in self.files}
+        return self._fitting(args) is not None
 
-    def _key(self, path) -> str:
-        if path not in self._real:
-            self._real[path] = os.path.realpath(path)
-        return self._real[path]
+    def _fitting(self, args) -> tuple[set[str], str] | None:
+        """(the real paths of the grader files, the spec) of a grading that fits (`fits`), else None."""
+        files, rest, spec = split(args)
+        real = {os.path.realpath(f) for f in files}
+        return (real, spec) if spec is not None and rest == self.rest and real <= self.collected else None
 
     def _handle(self, request, fds):
         """In a fork: a request that fits comes back out of the server loop into the session (see `resume`);
         any other runs pytest afresh, as before."""
-        args = request["args"]
-        if not self.fits(args):
+        fitting = self._fitting(request["args"])
+        if fitting is None:
             return fresh(request, fds)
         _into_log(request)
-        files, _, spec = split(args)
-        self.request = (files, spec, fds[0] if fds else None)
+        self.request = (*fitting, fds[0] if fds else None)
         return RESUME
 
     @pytest.hookimpl(tryfirst=True)
@@ -119,9 +117,10 @@ class Prepared:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(int(pytest.ExitCode.INTERNAL_ERROR))
-        wanted = {self._key(f) for f in files}
-        items = [item for item in session.items if self._key(str(item.path)) in wanted]
-        others = [item for item in session.items if self._key(str(item.path)) not in wanted]
+        real = {path: os.path.realpath(path) for path in {str(item.path) for item in session.items}}
+        items, others = [], []
+        for item in session.items:
+            (items if real[str(item.path)] in files else others).append(item)
         if others:
             config.hook.pytest_deselected(items=others)
         plugin.course_items(config, items)
