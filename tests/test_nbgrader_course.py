@@ -88,6 +88,17 @@ def kit_line(output, student):
     return Decimal(total), {m: Decimal(v) for m, v in (part.split() for part in modules.split(", "))}
 
 
+def test_the_kits_release_makes_the_student_notebooks_the_nbgrader_command_makes(course):
+    """The release runs nbgrader in one process, without two imports (autograder.release.nbgrader_main): its student
+    notebooks, student_template/'s, are what `python -m nbgrader generate_assignment` makes of the same sources."""
+    from autograder.release import TEMPLATE_DIR, _dump, _load
+
+    for name in NOTEBOOKS.values():
+        made = _dump(_load((course["root"] / "release" / "mha" / name).read_text(encoding="utf-8")))
+        assert (TEMPLATE_DIR / name).read_text(encoding="utf-8") == made, (
+            f"expected student_template/{name} to be what nbgrader generate_assignment makes, got another notebook")
+
+
 def test_correct_submission_gets_full_marks_in_the_gradebook(course):
     row = course["grades"]["alice"]
     assert float(row["max_score"]) == 100

@@ -235,8 +235,12 @@ def test_requirements_pins_are_the_locks(version):
 # -- make setup: which torch, from where (make -n: nothing runs but the Makefile's own probes) ----------------
 
 def setup_plan(tmp_path, *args, gpu=False):
-    """The commands `make setup` would run for a venv that does not exist yet."""
-    return make("-n", "setup", f"VENV={tmp_path}/venv", *args, gpu=gpu, tmp=tmp_path)
+    """The commands `make setup` would run for a venv that does not exist yet, up to its stamp: the kit's bytecode,
+    compiled after it at every make, is left off."""
+    plan = make("-n", "setup", f"VENV={tmp_path}/venv", *args, gpu=gpu, tmp=tmp_path)
+    head, _, last = plan.rstrip().rpartition("\n")
+    assert "-m compileall -q autograder parts grader_cli.py" in last, f"expected the kit compiled last, got {last!r}"
+    return head
 
 
 def torch_version():
