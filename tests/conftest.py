@@ -44,6 +44,18 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
+@pytest.fixture(autouse=True)
+def _the_fast_tier_starts_no_student_process(request, monkeypatch):
+    """The tiers' rule, kept: a test outside the grading tier that starts a student process fails, saying why."""
+    if request.node.get_closest_marker("grading") is None:
+        from autograder.sandbox.process import StudentProcess
+
+        def refused(self, config):
+            raise AssertionError(f"{request.node.nodeid} starts a student process: mark it `grading` "
+                                 "(tests/conftest.py: the tiers)")
+        monkeypatch.setattr(StudentProcess, "_spawn", refused)
+
+
 @pytest.fixture(scope="session")
 def reference_report():
     """The reference solution, graded once for the session."""

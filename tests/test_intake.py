@@ -184,6 +184,7 @@ def test_a_regular_notebook_is_still_converted(tmp_path):
     assert "mha.py" in files and not notes and not missing, (files, notes, missing)
 
 
+@pytest.mark.grading  # starts a student process
 def test_the_sandbox_copies_only_regular_files(tmp_path):
     """The sandbox's own copy into the student's folder (used directly, without the engine) takes regular
     files only, and a module it leaves out fails its checks with the reason."""
@@ -958,6 +959,7 @@ def test_with_no_course_file_an_optional_parts_files_are_taken_as_before(tmp_pat
         files, notes, missing)
 
 
+@pytest.mark.grading  # starts a student process
 def test_the_sandbox_serves_an_optional_parts_module_where_a_course_hands_it_out(tmp_path):
     folder = _with_kvcache(tmp_path / "sub")
     (folder / "kvcache.py").write_text("def twice(n):\n    return 2 * n\n")
@@ -972,6 +974,7 @@ def test_the_sandbox_serves_an_optional_parts_module_where_a_course_hands_it_out
     assert value == 42
 
 
+@pytest.mark.grading  # starts a student process
 def test_a_fault_met_in_an_optional_parts_code_is_charged_to_it(tmp_path):
     """The memory limit met in kvcache.py, called from the student's mha.py, ends kvcache's checks (the file of
     the last frame that is a module of the parts handed out), not mha's."""

@@ -299,6 +299,7 @@ _threading.Thread(target=_worker, daemon=True).start()
 """
 
 
+@pytest.mark.grading  # starts a student process
 @pytest.mark.parametrize("how", list(SPIN))
 def test_only_the_run_delay_of_a_block_run_by_one_thread_is_taken_off(tmp_path, how, monkeypatch):
     """Load is taken off the student's block only when one thread did all its work: the time that thread
@@ -354,6 +355,7 @@ SPAWNED = {**SPIN, "a new process": ("        import os, time\n        child = o
                                        "            os._exit(0)\n        os.waitpid(child, 0)\n")}
 
 
+@pytest.mark.grading  # starts a student process
 @pytest.mark.parametrize("how", ["one thread", "a new thread", "a new process"])
 def test_the_cpu_of_every_thread_that_ran_in_a_block_is_counted(tmp_path, how, monkeypatch):
     """Whatever is taken off a block as load, the CPU time the student's processes used in it stays: every
