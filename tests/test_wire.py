@@ -66,11 +66,6 @@ def decode_costs(*readings):
     return [(out[i], float(out[i + 1])) for i in range(0, len(out), 2)]
 
 
-def decode_cost(data, reader="wire"):
-    """(outcome, MiB) of reading `data` in a fresh process (`decode_costs`)."""
-    return decode_costs((data, reader))[0]
-
-
 # -- legitimate answers travel unchanged ------------------------------------------------
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
                                    torch.int64, torch.int8, torch.uint8, torch.bool])
@@ -115,13 +110,31 @@ def deflate_bomb(numel):
     return bomb.getvalue()
 
 
-def test_a_deflate_bomb_is_refused_before_anything_is_inflated():
-    data = deflate_bomb(1 << 25)  # 128 MiB of float32 zeros
-    assert len(data) < 1 << 19
-    now, framed, old = decode_costs((data, "wire"), (struct.pack(">Q", len(data)) + data, "wire"), (data, "old"))
-    assert old[0] == "decoded" and old[1] > 100  # the bomb is real: the old reader inflated it (MiB)
-    assert now == ("Malformed", pytest.approx(0, abs=16))
-    assert framed == ("Malformed", pytest.approx(0, abs=16))  # framed by a hostile process
+#: 1 GiB of float64 claimed by a tensor's description, no byte of it sent
+CLAIM = frame({"value": {"__tensor__": ["float64", [1 << 27], 0, 8 << 27, "cpu"]}})
+
+
+@pytest.fixture(scope="module")
+def fresh():
+    """The frames of this file whose cost is read in a fresh process, and those costs, name -> (outcome, MiB): all
+    read in one process (`decode_costs`, ~3 s each), those that must cost nothing first, the old reader's bomb
+    last."""
+    bomb = deflate_bomb(1 << 25)  # 128 MiB of float32 zeros
+    frames = {"claim": (CLAIM, "wire"), "bomb": (bomb, "wire"),
+              "bomb framed": (struct.pack(">Q", len(bomb)) + bomb, "wire"),  # by a hostile process
+              "tensor": (wire.encode(torch.randn(1024, 1024)), "wire"),  # 4 MiB
+              "bomb, old reader": (bomb, "old")}
+    costs = dict(zip(frames, decode_costs(*frames.values())))
+    return {name: data for name, (data, _) in frames.items()}, costs
+
+
+def test_a_deflate_bomb_is_refused_before_anything_is_inflated(fresh):
+    frames, costs = fresh
+    assert len(frames["bomb"]) < 1 << 19
+    outcome, mib = costs["bomb, old reader"]
+    assert outcome == "decoded" and mib > 100, f"expected the bomb real, the old reader inflating it, got {mib} MiB"
+    assert costs["bomb"] == ("Malformed", pytest.approx(0, abs=16))
+    assert costs["bomb framed"] == ("Malformed", pytest.approx(0, abs=16))
 
 
 def test_a_stride_zero_tensor_costs_the_bytes_it_brought():
@@ -136,13 +149,12 @@ def test_a_stride_zero_tensor_costs_the_bytes_it_brought():
         wire.decode(frame({"value": {"__tensor__": ["float32", [1 << 25, 64], 0, 4, "cpu"]}}, b"\0" * 16))
 
 
-def test_a_storage_declared_larger_than_its_frame_allocates_nothing():
-    claim = frame({"value": {"__tensor__": ["float64", [1 << 27], 0, 8 << 27, "cpu"]}})  # 1 GiB, 0 bytes sent
+def test_a_storage_declared_larger_than_its_frame_allocates_nothing(fresh):
     with pytest.raises(wire.Malformed, match="do not match"):
-        wire.decode(claim)
+        wire.decode(CLAIM)
     with pytest.raises(wire.Malformed, match="do not match"):
         wire.decode(frame({"value": {"__tensor__": ["float64", [1 << 40], 0, 8 << 40, "cpu"]}}))
-    assert decode_cost(claim) == ("Malformed", pytest.approx(0, abs=16))
+    assert fresh[1]["claim"] == ("Malformed", pytest.approx(0, abs=16))
 
 
 @pytest.mark.parametrize("spec", [
@@ -178,12 +190,11 @@ def test_every_string_is_cut_on_the_trusted_side():
     assert all(len(k) <= wire.MAX_STRING for k in back)
 
 
-def test_a_tensor_costs_its_own_bytes_and_no_more():
-    t = torch.randn(1024, 1024)  # 4 MiB
-    data = wire.encode(t)
-    assert len(data) < t.numel() * 4 + 4096
-    outcome, cost = decode_cost(data)
-    assert outcome == "decoded" and cost < 16  # one copy of the payload, the tensor a view of it
+def test_a_tensor_costs_its_own_bytes_and_no_more(fresh):
+    frames, costs = fresh
+    assert len(frames["tensor"]) < 1024 * 1024 * 4 + 4096  # (1024, 1024) float32
+    outcome, cost = costs["tensor"]
+    assert outcome == "decoded" and cost < 16, f"expected one copy of the payload, the tensor a view of it, got {cost} MiB"
 
 
 # -- requests: what the grader sends arrives as it was sent -------------------------------------------
