@@ -803,7 +803,7 @@ def nbgrader_release(sources: dict[str, str]) -> dict[str, str]:
 
 def nbgrader_main():
     """`python -m nbgrader` as the release runs it (`_nbgrader_release`): the same student notebooks, byte for byte,
-    in ~4 s instead of ~12 s on a 2-core machine. Two imports are left out. nbformat is imported as the kit imports
+    in ~5 s instead of ~12 s on a 2-core machine. Two imports are left out. nbformat is imported as the kit imports
     it (load_nbformat: without jsonschema's IRI grammar, ~5 s here). A new gradebook's schema version is read here
     with alembic's API: nbgrader would start the `alembic heads` script for it, a second Python that imports
     nbgrader, nbformat and the grammar again for one line."""
