@@ -135,6 +135,7 @@ def test_every_cited_title_is_in_the_one_list():
 def test_both_readmes_list_the_tutorials_with_their_titles():
     from autograder import tutorials
     from autograder.paths import README
+
     for name, text in (("README.md", README.read_text(encoding="utf-8")),
                        ("student README", (TEMPLATE / "README.md").read_text(encoding="utf-8"))):
         assert tutorials.table() in text, name
