@@ -27,13 +27,15 @@ TEMPLATE = ROOT / "student_template"
 from autograder import MODULES  # noqa: E402  (the kit's own list of parts: a new part is in the tests at once)
 
 
-#: The fixtures that grade or start student processes, or run axe-core's audits in a browser (tens of seconds
-#: each): a test that uses one is marked `grading` (below).
-GRADING_FIXTURES = {"reference_report", "template_report", "warm_servers", "readable_python", "student_python", "axe"}
+#: The fixtures that grade, start student processes or open pages in a headless browser (`browser`: ~1 s each;
+#: `axe`: its audits, tens of seconds): a test that uses one is marked `grading` (below), as pytest.ini says.
+GRADING_FIXTURES = {"reference_report", "template_report", "warm_servers", "readable_python", "student_python",
+                    "browser", "axe"}
 
 
 def pytest_collection_modifyitems(config, items):
-    """The tiers: `make test-fast` runs what starts no grading and no student process (pytest -m "not grading"),
+    """The tiers: `make test-fast` runs what starts no grading, no student process and no browser
+    (pytest -m "not grading"),
     `make test` everything. A test is in the grading tier when its file or itself says so
     (`pytest.mark.grading`) or when it uses a fixture of GRADING_FIXTURES."""
     for item in items:
@@ -54,6 +56,25 @@ def _the_fast_tier_starts_no_student_process(request, monkeypatch):
             raise AssertionError(f"{request.node.nodeid} starts a student process: mark it `grading` "
                                  "(tests/conftest.py: the tiers)")
         monkeypatch.setattr(StudentProcess, "_spawn", refused)
+
+
+def once_per_run(tmp_path_factory, name: str, produce):
+    """What `produce()` returns (JSON-able), computed once for the whole test run and shared by pytest-xdist's
+    workers: the first worker to ask computes it under a lock and leaves it in the run's shared temporary folder,
+    the others read it there (a fresh process of seconds, once instead of once per worker)."""
+    import fcntl
+    import json
+
+    base = tmp_path_factory.getbasetemp()
+    folder = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' folders share a parent
+    path = folder / f"once-{name}.json"
+    with open(folder / f"once-{name}.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if path.exists():
+            return json.loads(path.read_text(encoding="utf-8"))
+        value = produce()
+        path.write_text(json.dumps(value), encoding="utf-8")
+        return value
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from autograder.sandbox import client, wire
-from tests.conftest import ROOT
+from tests.conftest import ROOT, once_per_run
 
 
 def frame(header, payload=b""):
@@ -115,16 +115,18 @@ CLAIM = frame({"value": {"__tensor__": ["float64", [1 << 27], 0, 8 << 27, "cpu"]
 
 
 @pytest.fixture(scope="module")
-def fresh():
+def fresh(tmp_path_factory):
     """The frames of this file whose cost is read in a fresh process, and those costs, name -> (outcome, MiB): all
     read in one process (`decode_costs`, ~3 s each), those that must cost nothing first, the old reader's bomb
-    last."""
+    last; once for the whole run (`once_per_run`: the frames are the same in every worker, the tensor's values
+    aside)."""
     bomb = deflate_bomb(1 << 25)  # 128 MiB of float32 zeros
     frames = {"claim": (CLAIM, "wire"), "bomb": (bomb, "wire"),
               "bomb framed": (struct.pack(">Q", len(bomb)) + bomb, "wire"),  # by a hostile process
               "tensor": (wire.encode(torch.randn(1024, 1024)), "wire"),  # 4 MiB
               "bomb, old reader": (bomb, "old")}
-    costs = dict(zip(frames, decode_costs(*frames.values())))
+    costs = {name: tuple(cost) for name, cost in once_per_run(
+        tmp_path_factory, "wire-costs", lambda: dict(zip(frames, decode_costs(*frames.values())))).items()}
     return {name: data for name, (data, _) in frames.items()}, costs
 
 
