@@ -51,7 +51,7 @@ TESTFLAGS ?= -n auto --maxprocesses=4 --dist worksteal
 help:
 	@echo "make demo    set up, then grade the reference solution and the example submissions, one by one and as a class"
 	@echo "make test    set up, then run the kit's whole test suite"
-	@echo "make test-fast  the tests that start no grading and no student process (about a minute on two cores)"
+	@echo "make test-fast  the tests that start no grading, no student process and no browser (about a minute on two cores)"
 	@echo "make release regenerate student_template/ and the generated tables of README.md and docs/"
 	@echo "make bench   time the grading of one complete submission (median of 5)"
 	@echo "make docs    build the documentation (docs/, mkdocs.yml) into site/; a broken link or anchor fails"
