@@ -35,9 +35,8 @@ GRADING_FIXTURES = {"reference_report", "template_report", "warm_servers", "read
 
 def pytest_collection_modifyitems(config, items):
     """The tiers: `make test-fast` runs what starts no grading, no student process and no browser
-    (pytest -m "not grading"),
-    `make test` everything. A test is in the grading tier when its file or itself says so
-    (`pytest.mark.grading`) or when it uses a fixture of GRADING_FIXTURES."""
+    (pytest -m "not grading"), `make test` everything. A test is in the grading tier when its file or itself says
+    so (`pytest.mark.grading`) or when it uses a fixture of GRADING_FIXTURES."""
     for item in items:
         if GRADING_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.grading)
